@@ -1,0 +1,70 @@
+"""Load the demo data (DESIGN.md's table) into the CustomerData table.
+
+Usage: ``python -m devstack.seed --table NAME [--file devstack/demo_data.json]`` (uses the AWS
+endpoint in the environment, e.g. the local stack's moto).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+DEMO_DATA = Path(__file__).with_name("demo_data.json")
+
+
+def demo_items(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The items to store: orders start with everything refundable, nothing reserved or refunded."""
+    currency = data.get("currency", "USD")
+    items: list[dict[str, Any]] = []
+    for customer in data["customers"]:
+        cid = customer["customer_id"]
+        items.append({"customer_id": cid, "sk": "PROFILE", "name": customer["name"]})
+        for order in customer["orders"]:
+            items.append(
+                {
+                    "customer_id": cid,
+                    "sk": f"ORDER#{order['order_id']}",
+                    **order,
+                    "currency": currency,
+                    "available_cents": order["total_cents"],
+                    "reserved_cents": 0,
+                    "refunded_cents": 0,
+                }
+            )
+        for invoice in customer["invoices"]:
+            items.append(
+                {
+                    "customer_id": cid,
+                    "sk": f"INVOICE#{invoice['invoice_id']}",
+                    **invoice,
+                    "currency": currency,
+                    "status": invoice.get("status", "PAID"),
+                }
+            )
+    return items
+
+
+def seed(ddb: Any, table: str, data: dict[str, Any] | None = None) -> int:
+    from support_agent.store.dynamo import to_item
+
+    items = demo_items(data or json.loads(DEMO_DATA.read_text()))
+    for item in items:
+        ddb.put_item(TableName=table, Item=to_item(item))
+    return len(items)
+
+
+def main() -> None:
+    import boto3
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--file", type=Path, default=DEMO_DATA)
+    args = parser.parse_args()
+    count = seed(boto3.client("dynamodb"), args.table, json.loads(args.file.read_text()))
+    print(f"seeded {count} items into {args.table}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Customer-support agent: the bounded tool-use loop, its tools, stores and auth."""

@@ -1,0 +1,1 @@
+"""The turn: a bounded tool-use loop that persists every step before acting on it."""

@@ -1,0 +1,78 @@
+"""History validity and repair.
+
+The stored history is append-only and always a valid Messages API sequence once repaired: every
+``tool_use`` is answered by exactly one ``tool_result`` in the next (user) message. Writes are
+atomic per step, so the only gap a crash can leave is an assistant message whose tool calls have
+no results yet: `unanswered_tool_uses` finds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support_agent.llm.base import Block, Message
+from support_agent.store.conversations import StoredMessage
+
+
+def blocks(message: Message) -> list[Block]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def tool_uses(message: Message) -> list[Block]:
+    return [b for b in blocks(message) if b.get("type") == "tool_use"]
+
+
+def unanswered_tool_uses(history: list[StoredMessage]) -> tuple[StoredMessage, list[Block]] | None:
+    if not history or history[-1].role != "assistant":
+        return None
+    uses = tool_uses(history[-1].as_message())
+    return (history[-1], uses) if uses else None
+
+
+def for_request(messages: list[Message]) -> list[Message]:
+    """Merge consecutive same-role messages (e.g. stored tool results + a new user message)."""
+    out: list[Message] = []
+    for message in messages:
+        if out and out[-1]["role"] == message["role"]:
+            out[-1] = {"role": message["role"], "content": blocks(out[-1]) + blocks(message)}
+        else:
+            out.append({"role": message["role"], "content": blocks(message)})
+    return out
+
+
+def problems(messages: list[Message]) -> list[str]:
+    """Why a history is not a valid Messages API sequence; empty when it is."""
+    found: list[str] = []
+    merged = for_request(messages)
+    if merged and merged[0]["role"] != "user":
+        found.append("history does not start with a user message")
+    for i, message in enumerate(merged):
+        if message["role"] not in ("user", "assistant"):
+            found.append(f"message {i} has role {message['role']!r}")
+        content = blocks(message)
+        if not content:
+            found.append(f"message {i} is empty")
+        results = [b for b in content if b.get("type") == "tool_result"]
+        if results and message["role"] != "user":
+            found.append(f"message {i}: tool_result outside a user message")
+        if message["role"] == "assistant":
+            uses = [b["id"] for b in content if b.get("type") == "tool_use"]
+            if len(set(uses)) != len(uses):
+                found.append(f"message {i}: duplicate tool_use ids")
+            if uses:
+                nxt: list[dict[str, Any]] = blocks(merged[i + 1]) if i + 1 < len(merged) else []
+                answered = [b.get("tool_use_id") for b in nxt if b.get("type") == "tool_result"]
+                if sorted(answered) != sorted(uses):
+                    found.append(f"message {i}: tool_use ids {uses} answered by {answered}")
+                leading = [b.get("type") for b in nxt[: len(answered)]]
+                if any(t != "tool_result" for t in leading):
+                    found.append(f"message {i + 1}: tool_result blocks must come first")
+        elif i > 0 and results:
+            prev = [b["id"] for b in blocks(merged[i - 1]) if b.get("type") == "tool_use"]
+            stray = [b.get("tool_use_id") for b in results if b.get("tool_use_id") not in prev]
+            if stray:
+                found.append(f"message {i}: tool_result for unknown tool_use {stray}")
+    return found

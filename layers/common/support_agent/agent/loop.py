@@ -1,0 +1,402 @@
+"""A turn, step by step (DESIGN.md): lease, load, repair, then model → write-ahead → tools → results.
+
+No DynamoDB transaction is open across a model call; the assistant content is stored before any
+tool runs; the tool results and their audit rows are stored in one transaction. A crash anywhere
+leaves a history that the next turn's repair completes without repeating a side effect.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from support_agent.agent import history as hist
+from support_agent.agent.prompt import SYSTEM_PROMPT
+from support_agent.agent.untrusted import fence
+from support_agent.auth import Principal
+from support_agent.config import Settings
+from support_agent.errors import ApiError, ModelUnavailable, TokenBudgetExhausted
+from support_agent.ids import new_conversation_id
+from support_agent.llm.base import Block, Deadline, LlmClient, LlmResponse, Message, Usage
+from support_agent.store.audit import AuditRecord
+from support_agent.store.conversations import ConversationStore, Header, StoredMessage
+from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+
+CONTINUE_REASONS = ("tool_use", "pause_turn")
+ANSWER_REASONS = ("end_turn", "stop_sequence", "refusal", "max_tokens")
+KEPT_BLOCKS = ("text", "tool_use", "thinking", "redacted_thinking")
+TOOL_USE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+MIN_MODEL_SECONDS = 1.0
+NOT_EXECUTED_AFTER_CRASH = "not executed: the previous turn was interrupted; call the tool again if still needed"
+
+REPLIES = {
+    "max_iterations": "I could not finish this within the steps I am allowed for one message. "
+    "Please tell me how you would like to continue.",
+    "deadline": "I ran out of time working on this. Please ask again and I will pick up where I left off.",
+    "refusal": "I'm sorry, I can't help with that request.",
+    "max_tokens": "My answer was cut short. Please ask again if you need more.",
+    "budget": "This conversation has reached its length limit. Please start a new conversation.",
+}
+
+
+@dataclass
+class ToolCallTrace:
+    id: str
+    name: str
+    input: Any
+    result: Any
+    is_error: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "input": self.input,
+            "result": self.result,
+            "isError": self.is_error,
+        }
+
+
+@dataclass
+class TurnResult:
+    conversation_id: str
+    reply: str
+    stop_reason: str
+    iterations: int
+    usage: Usage
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def sanitize_content(content: list[Block]) -> list[Block]:
+    """What of the model's content can be stored and replayed as a valid assistant message.
+
+    Blocks are kept verbatim; only unknown block types and tool_use blocks without a usable or
+    unique id are dropped (a real API never sends them; a hostile or broken one might).
+    """
+    kept: list[Block] = []
+    seen: set[str] = set()
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict) or block.get("type") not in KEPT_BLOCKS:
+            continue
+        if block["type"] == "text" and not (isinstance(block.get("text"), str) and block["text"].strip()):
+            continue
+        if block["type"] == "tool_use":
+            tid = block.get("id")
+            if not (
+                isinstance(tid, str)
+                and TOOL_USE_ID.match(tid)
+                and tid not in seen
+                and isinstance(block.get("name"), str)
+            ):
+                continue
+            seen.add(tid)
+            if not isinstance(block.get("input"), dict):
+                block = {**block, "input": {}}
+        kept.append(block)
+    return kept or [{"type": "text", "text": "(no answer)"}]
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: Settings,
+        llm: LlmClient,
+        conversations: ConversationStore,
+        tools: ToolRegistry,
+        audit_table: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        now: Callable[[], str] = _utc_now,
+        checkpoint: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.llm = llm
+        self.conversations = conversations
+        self.tools = tools
+        self.audit_table = audit_table
+        self.clock = clock
+        self.now = now
+        # A seam for fault-injection tests: called at each step a crash could interrupt.
+        self.checkpoint = checkpoint or (lambda _step: None)
+
+    # -- the turn -----------------------------------------------------------------------------
+
+    def run_turn(
+        self,
+        principal: Principal,
+        customer_id: int,
+        conversation_id: str | None,
+        message: str,
+        request_id: str,
+        deadline: Deadline,
+    ) -> TurnResult:
+        lease_until = int(self.clock()) + self.settings.lease_seconds
+        if conversation_id is None:
+            conversation_id = new_conversation_id()
+            header = self.conversations.create(
+                conversation_id, customer_id, request_id, self.now(), lease_until
+            )
+        else:
+            header = self.conversations.acquire_lease(
+                conversation_id, customer_id, request_id, int(self.clock()), lease_until
+            )
+        try:
+            return _Turn(self, principal, customer_id, header, request_id, deadline).run(message)
+        finally:
+            self.conversations.release_lease(conversation_id, request_id)
+
+
+class _Turn:
+    """State of one turn; lives only while the lease is held."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        principal: Principal,
+        customer_id: int,
+        header: Header,
+        request_id: str,
+        deadline: Deadline,
+    ) -> None:
+        self.a = agent
+        self.s = agent.settings
+        self.principal = principal
+        self.customer_id = customer_id
+        self.header = header
+        self.cid = header.conversation_id
+        self.request_id = request_id
+        self.deadline = deadline
+        self.next_seq = header.next_seq
+        self.usage = Usage()
+        self.trace: list[dict[str, Any]] = []
+        self.tool_calls = 0
+        self.stored_this_turn = False
+
+    # persistence -------------------------------------------------------------------------
+
+    def _append(
+        self,
+        messages: list[Message],
+        usage: Usage | None = None,
+        audit: list[AuditRecord] | None = None,
+        title: str | None = None,
+    ) -> list[StoredMessage]:
+        stored = self.a.conversations.append(
+            self.cid,
+            self.request_id,
+            self.next_seq,
+            messages,
+            self.a.now(),
+            usage,
+            extra_puts=[r.put(self.a.audit_table) for r in audit or []],
+            title=title,
+        )
+        self.next_seq += len(messages)
+        self.stored_this_turn = True
+        return stored
+
+    def _ctx(self, seq: int, tool_use_id: str) -> ToolContext:
+        return ToolContext(
+            self.principal, self.customer_id, self.cid, seq, tool_use_id, self.request_id, self.a.now()
+        )
+
+    def _audit(self, use: Block, outcome: ToolOutcome) -> AuditRecord:
+        return AuditRecord(
+            stream=self.cid,
+            action="tool_call",
+            actor=self.principal.sub,
+            outcome=outcome.outcome,
+            customer_id=self.customer_id,
+            created_at=self.a.now(),
+            tool=str(use.get("name", ""))[:64],
+            input=use.get("input"),
+            output=outcome.result,
+            conversation_id=self.cid,
+            request_id=self.request_id,
+            tool_use_id=str(use.get("id")),
+        )
+
+    def _store_results(self, pairs: list[tuple[Block, ToolOutcome]]) -> Message:
+        """One user message with every tool_result, plus one audit row per call, atomically."""
+        content = [
+            {
+                "type": "tool_result",
+                "tool_use_id": use["id"],
+                "content": fence(outcome.result, self.s.tool_output_max_chars),
+                "is_error": outcome.is_error,
+            }
+            for use, outcome in pairs
+        ]
+        stored = self._append(
+            [{"role": "user", "content": content}], audit=[self._audit(u, o) for u, o in pairs]
+        )
+        self.a.checkpoint("after_results_write")
+        return stored[0].as_message()
+
+    # repair --------------------------------------------------------------------------------
+
+    def _repair(self, history: list[StoredMessage]) -> Message | None:
+        """Answer the tool calls a crashed turn left open: recorded outcome, or 'not executed'."""
+        gap = hist.unanswered_tool_uses(history)
+        if gap is None:
+            return None
+        assistant, uses = gap
+        pairs = []
+        for use in uses:
+            recorded = self.a.tools.recorded(
+                use["name"], use.get("input"), self._ctx(assistant.seq, use["id"])
+            )
+            pairs.append(
+                (
+                    use,
+                    recorded
+                    or ToolOutcome(
+                        {"error": NOT_EXECUTED_AFTER_CRASH},
+                        True,
+                        "not_executed",
+                    ),
+                )
+            )
+        return self._store_results(pairs)
+
+    # the loop ------------------------------------------------------------------------------
+
+    def run(self, message: str) -> TurnResult:
+        history = self.a.conversations.load(self.cid)
+        messages: list[Message] = [m.as_message() for m in history]
+        repaired = self._repair(history)
+        if repaired is not None:
+            messages.append(repaired)
+        if self.header.usage.total >= self.s.conversation_token_budget:
+            raise TokenBudgetExhausted("this conversation has used its token budget; start a new one")
+        pending_user: Message | None = {"role": "user", "content": [{"type": "text", "text": message}]}
+        last: LlmResponse | None = None
+        stop = "max_iterations"
+        iteration = 0
+        while iteration < self.s.max_iterations:
+            if self.deadline.remaining() < MIN_MODEL_SECONDS:
+                if pending_user is not None:
+                    raise ModelUnavailable("no time left to ask the model", retry_after=1)
+                stop = "deadline"
+                break
+            if self.header.usage.total + self.usage.total >= self.s.conversation_token_budget:
+                stop = "budget"
+                break
+            iteration += 1
+            final = iteration == self.s.max_iterations
+            request = hist.for_request(messages + ([pending_user] if pending_user else []))
+            try:
+                response = self.a.llm.create(
+                    SYSTEM_PROMPT,
+                    request,
+                    self.a.tools.specs,
+                    {"type": "none"} if final else None,
+                    deadline=self.deadline,
+                )
+            except ApiError:
+                # Nothing of this turn stored yet: fail cleanly, the client may resend. Otherwise the
+                # history is complete and valid; if time ran out, say so rather than fail.
+                if pending_user is None and self.deadline.remaining() < MIN_MODEL_SECONDS:
+                    stop = "deadline"
+                    break
+                raise
+            self.a.checkpoint("after_model_call")
+            last = response
+            self.usage += response.usage
+            assistant = {"role": "assistant", "content": sanitize_content(response.content)}
+            stored = self._append(
+                ([pending_user] if pending_user else []) + [assistant],
+                usage=response.usage,
+                title=message[:80] if pending_user else None,
+            )
+            pending_user = None
+            messages.extend(m.as_message() for m in stored)
+            self.a.checkpoint("after_write_ahead")
+            calls, results = self._run_tools(stored[-1], response.stop_reason, final)
+            if results is not None:
+                messages.append(results)
+            self.trace.append(
+                {
+                    "iteration": iteration,
+                    "stopReason": response.stop_reason,
+                    "toolCalls": [c.as_json() for c in calls],
+                }
+            )
+            reason = response.stop_reason
+            if reason in CONTINUE_REASONS or (reason == "max_tokens" and calls):
+                if final:
+                    break
+                continue
+            stop = reason if reason in ANSWER_REASONS else "end_turn"
+            break
+        return self._result(stop, iteration, last)
+
+    def _run_tools(
+        self, assistant: StoredMessage, stop_reason: str, final: bool
+    ) -> tuple[list[ToolCallTrace], Message | None]:
+        uses = hist.tool_uses(assistant.as_message())
+        if not uses:
+            return [], None
+        pairs: list[tuple[Block, ToolOutcome]] = []
+        for index, use in enumerate(uses):
+            if stop_reason != "tool_use":
+                why = (
+                    "the tool call was cut off by the output limit"
+                    if stop_reason == "max_tokens"
+                    else f"tool calls are not run when the model stops with {stop_reason[:32]!r}"
+                )
+                outcome = ToolOutcome({"error": f"not executed: {why}"}, True, "not_executed")
+            elif final:
+                outcome = ToolOutcome(
+                    {
+                        "error": "not executed: no more tool calls in this turn; answer the "
+                        "customer with what you have"
+                    },
+                    True,
+                    "limit",
+                )
+            elif self.tool_calls >= self.s.max_tool_calls_per_turn:
+                outcome = ToolOutcome(
+                    {
+                        "error": f"not executed: at most {self.s.max_tool_calls_per_turn} tool "
+                        "calls per message"
+                    },
+                    True,
+                    "limit",
+                )
+            else:
+                self.tool_calls += 1
+                outcome = self.a.tools.execute(
+                    use["name"], use.get("input"), self._ctx(assistant.seq, use["id"])
+                )
+                self.a.checkpoint(f"after_tool:{index}")
+            pairs.append((use, outcome))
+        results = self._store_results(pairs)
+        return [
+            ToolCallTrace(u["id"], u["name"], u.get("input"), o.result, o.is_error) for u, o in pairs
+        ], results
+
+    def _result(self, stop: str, iterations: int, last: LlmResponse | None) -> TurnResult:
+        text = last.text().strip() if last is not None else ""
+        if stop == "budget":
+            stop, reply = "max_tokens", REPLIES["budget"]
+        elif stop in ("max_iterations", "deadline"):
+            reply = REPLIES[stop]
+        else:
+            reply = text or REPLIES.get(stop, "(no answer)")
+        return TurnResult(
+            self.cid,
+            reply,
+            stop,
+            iterations,
+            self.usage,
+            self.trace if self.s.transparency == "verbose" else [],
+        )

@@ -1,0 +1,1 @@
+"""HTTP adapters: Powertools resolvers, the error contract, request and response models."""

@@ -1,0 +1,127 @@
+"""Customer routes: a chat turn and the customer's own conversations."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from support_agent.api.views import conversation_summary, conversation_view
+from support_agent.auth import require_customer
+from support_agent.errors import BadRequest, NotFound, TooLarge
+from support_agent.ids import CONVERSATION_ID
+from support_agent.llm.base import Deadline
+from support_agent.wiring import chat_services
+
+router = APIGatewayHttpRouter()
+
+
+class ChatRequest(BaseModel):
+    # Identity never comes from the body: unknown fields such as customerId are refused.
+    model_config = ConfigDict(extra="forbid")
+    conversationId: str | None = Field(None, pattern=CONVERSATION_ID.pattern)  # noqa: N815
+    message: str = Field(..., min_length=1)
+
+
+def _principal() -> Any:
+    from support_agent.api.http import principal
+
+    return principal(router)  # type: ignore[arg-type]
+
+
+def _deadline(context: Any, limit: float, reserve: float) -> Deadline:
+    seconds = limit
+    remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
+    if callable(remaining_ms):
+        seconds = min(seconds, remaining_ms() / 1000)
+    return Deadline.after(seconds - reserve)
+
+
+@router.post("/api/chat")
+def chat(body: ChatRequest) -> dict[str, Any]:
+    services = chat_services()
+    s = services.settings
+    customer_id = require_customer(_principal())
+    if not body.message.strip():
+        raise BadRequest("message: must not be blank")
+    if len(body.message) > s.max_message_chars:
+        raise TooLarge(f"message is longer than {s.max_message_chars} characters")
+    event = router.current_event
+    request_id = event.request_context.request_id or "local"
+    result = services.agent.run_turn(
+        _principal(),
+        customer_id,
+        body.conversationId,
+        body.message,
+        request_id,
+        _deadline(router.lambda_context, s.turn_deadline_seconds, s.persist_reserve_seconds),
+    )
+    out: dict[str, Any] = {
+        "conversationId": result.conversation_id,
+        "reply": result.reply,
+        "stopReason": result.stop_reason,
+        "iterations": result.iterations,
+        "inputTokens": result.usage.input_tokens,
+        "outputTokens": result.usage.output_tokens,
+        "cacheReadInputTokens": result.usage.cache_read_input_tokens,
+        "cacheCreationInputTokens": result.usage.cache_creation_input_tokens,
+    }
+    if s.transparency == "verbose":
+        out["trace"] = result.trace
+    return out
+
+
+@router.get("/api/conversations")
+def list_conversations(
+    nextToken: Annotated[str | None, Query(max_length=2048)] = None,  # noqa: N803
+) -> dict[str, Any]:
+    services = chat_services()
+    customer_id = require_customer(_principal())
+    start = None
+    if nextToken:
+        try:
+            start = json.loads(base64.urlsafe_b64decode(nextToken.encode()))
+            if not isinstance(start, dict) or start.get("customer_id") != {"N": str(customer_id)}:
+                raise ValueError
+        except (ValueError, TypeError):
+            raise BadRequest("nextToken: invalid") from None
+    headers, last = services.conversations.list_for_customer(customer_id, start_key=start)
+    return {
+        "conversations": [conversation_summary(h) for h in headers if h.customer_id == customer_id],
+        "nextToken": base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None,
+    }
+
+
+@router.get("/api/conversations/<conversation_id>")
+def get_conversation(conversation_id: str) -> dict[str, Any]:
+    services = chat_services()
+    customer_id = require_customer(_principal())
+    header = services.conversations.get_header(conversation_id) if CONVERSATION_ID.match(conversation_id) else None
+    if header is None or header.customer_id != customer_id:
+        raise NotFound("conversation not found")
+    messages = services.conversations.load(conversation_id)
+    refunds = []
+    for row in services.customer_data.refund_requests(customer_id, conversation_id):
+        status = row.get("status")
+        if row.get("approval_id"):
+            approval = services.approvals.get(row["approval_id"])
+            status = approval.get("status", status) if approval else status
+        refunds.append(
+            {
+                "approvalId": row.get("approval_id"),
+                "orderId": row.get("order_id"),
+                "amountCents": row.get("amount_cents"),
+                "currency": row.get("currency"),
+                "status": status,
+            }
+        )
+    return conversation_view(header, messages, refunds)
+
+
+@router.get("/api/health")
+def health() -> dict[str, Any]:
+    return {"status": "ok"}

@@ -1,0 +1,98 @@
+"""The HTTP error contract on Powertools' resolver, shared by every function.
+
+Every error is ``{"error": {"code", "message"}}``: validation answers 400 (not Powertools' 422),
+unknown routes 404, our `ApiError`s their own status (with Retry-After where the table says so).
+Authentication runs before validation, so an anonymous client learns nothing about the schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+
+from support_agent.auth import Principal, get_authenticator
+from support_agent.errors import ApiError, BadRequest, NotFound, TooLarge
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(status_code=status, content_type=JSON, body=json.dumps(body), headers=headers or {})
+
+
+def error_response(exc: ApiError) -> Response:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
+    return json_response(exc.status, exc.body(), headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in list(exc.errors())[:5]:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+        parts.append(f"{'.'.join(loc) or 'body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def build_resolver(public_paths: Iterable[str] = ("/api/health",)) -> APIGatewayHttpResolver:
+    app = APIGatewayHttpResolver(enable_validation=True)
+    public = frozenset(public_paths)
+
+    @app.exception_handler(RequestValidationError)
+    def _bad_request(exc: RequestValidationError) -> Response:
+        return error_response(BadRequest(_validation_message(exc)))
+
+    @app.exception_handler(ApiError)
+    def _api_error(exc: ApiError) -> Response:
+        return error_response(exc)
+
+    @app.not_found
+    def _not_found(_exc: Exception) -> Response:
+        return error_response(NotFound("no such route"))
+
+    def authenticate(app: APIGatewayHttpResolver, next_middleware: Callable[..., Response]) -> Response:
+        if app.current_event.raw_path not in public:
+            app.append_context(principal=get_authenticator().authenticate(app.current_event.headers))
+        return next_middleware(app)
+
+    app.use([authenticate])
+    return app
+
+
+def principal(app: APIGatewayHttpResolver) -> Principal:
+    value = app.context.get("principal")
+    if not isinstance(value, Principal):  # a route declared public by mistake
+        raise NotFound("no such route")
+    return value
+
+
+def body_size(event: dict[str, Any]) -> int:
+    body = event.get("body") or ""
+    if event.get("isBase64Encoded"):
+        try:
+            return len(base64.b64decode(body))
+        except ValueError:
+            return len(body)
+    return len(body.encode())
+
+
+def handle(
+    app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max_body_bytes: int
+) -> dict[str, Any]:
+    """Resolve an API Gateway v2 event; oversized bodies are refused before anything parses them."""
+    if body_size(event) > max_body_bytes:
+        resp = error_response(TooLarge(f"request body is larger than {max_body_bytes} bytes"))
+        return {"statusCode": resp.status_code, "headers": {"Content-Type": JSON}, "body": resp.body}
+    try:
+        return app.resolve(event, context)
+    except ApiError as exc:  # raised by a middleware, outside the route's exception handlers
+        resp = error_response(exc)
+        headers = {"Content-Type": JSON, **{k: v for k, v in resp.headers.items() if isinstance(v, str)}}
+        return {"statusCode": resp.status_code, "headers": headers, "body": resp.body}

@@ -1,0 +1,348 @@
+"""JWT verification and the Principal.
+
+Every function verifies the bearer token itself (DESIGN.md, "Auth") so the 401/403 contract holds on AWS,
+under ``sam local`` and in the local stack alike. The customer id used by every tool comes from here and
+nowhere else.
+
+Two modes, chosen by Settings:
+
+* ``JWT_JWKS_URL`` set: RS256/ES256 only, keys from the issuer's JWKS, cached and served stale when a
+  refresh fails. HS* is never accepted in this mode, even if ``JWT_SECRET`` is also set.
+* otherwise: HS256 with ``JWT_SECRET`` (>= 32 bytes), for local and dev.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+import jwt
+
+from support_agent.config import Settings, get_settings
+from support_agent.errors import Forbidden, Unauthorized
+
+log = logging.getLogger(__name__)
+
+Role = Literal["customer", "support_lead"]
+ROLES: tuple[Role, ...] = ("customer", "support_lead")
+
+MAX_TOKEN_BYTES = 8 * 1024
+"""Tokens above this are rejected before any parsing: no legitimate token is that large."""
+
+REQUIRED_CLAIMS = ["exp", "iat", "sub", "iss", "aud"]
+JWKS_MIN_REFETCH_SECONDS = 10.0
+"""Floor between two JWKS fetch attempts, so random ``kid``s or an issuer outage cannot make us hammer it."""
+
+_HS_ALGORITHMS = frozenset({"HS256"})
+_JWKS_ALGORITHMS = frozenset({"RS256", "ES256"})
+_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+_CUSTOMER_ID_DIGITS = re.compile(r"[1-9][0-9]{0,17}")
+_MAX_CUSTOMER_ID = 10**18 - 1
+
+JwksFetch = Callable[[], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Principal:
+    sub: str
+    role: Role
+    customer_id: int | None = None
+
+
+# --- JWKS cache -------------------------------------------------------------------------------------------
+
+
+def _pinned_algorithm(jwk: Mapping[str, Any]) -> str | None:
+    """The one algorithm a JWKS key may verify, from its key type; None for keys we never use.
+
+    Pinning per key (not per token header) is what makes RS/HS and RS/ES confusion impossible.
+    """
+    kty = jwk.get("kty")
+    if kty == "RSA":
+        alg = "RS256"
+    elif kty == "EC" and jwk.get("crv") == "P-256":
+        alg = "ES256"
+    else:
+        return None
+    if jwk.get("alg") not in (None, alg):
+        return None
+    if jwk.get("use") not in (None, "sig"):
+        return None
+    return alg
+
+
+@dataclass(frozen=True)
+class _Key:
+    kid: str | None
+    alg: str
+    key: Any
+
+
+def _parse_jwks(data: Mapping[str, Any]) -> list[_Key]:
+    """Usable signing keys of a JWKS document; ValueError when there are none (counts as a failed fetch)."""
+    raw = data.get("keys") if isinstance(data, Mapping) else None
+    if not isinstance(raw, list):
+        raise ValueError("JWKS has no 'keys' list")
+    keys: list[_Key] = []
+    for jwk in raw:
+        if not isinstance(jwk, dict):
+            continue
+        alg = _pinned_algorithm(jwk)
+        if alg is None:
+            continue
+        kid = jwk.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            continue
+        try:
+            keys.append(_Key(kid=kid, alg=alg, key=jwt.PyJWK(jwk, algorithm=alg).key))
+        except jwt.PyJWTError:
+            continue
+    if not keys:
+        raise ValueError("JWKS has no usable RS256/ES256 signing keys")
+    return keys
+
+
+class JwksCache:
+    """The issuer's keys, cached for ``ttl`` seconds and served stale when a refresh fails.
+
+    Fetch attempts (successful or not) are at least ``min_refetch`` seconds apart, so an outage or a flood of
+    tokens with random ``kid``s costs the issuer at most one request per interval per process. Nothing is
+    fetched until the first token needs a key.
+    """
+
+    def __init__(
+        self,
+        fetch: JwksFetch,
+        *,
+        ttl: float,
+        min_refetch: float = JWKS_MIN_REFETCH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self._ttl = ttl
+        self._min_refetch = min_refetch
+        self._clock = clock
+        self._keys: list[_Key] | None = None
+        self._fetched_at = 0.0
+        self._attempted_at: float | None = None
+        self._lock = threading.Lock()
+
+    def _refresh(self, now: float) -> bool:
+        """One rate-limited fetch; True when it ran and replaced the keys. Caller holds the lock."""
+        if self._attempted_at is not None and now - self._attempted_at < self._min_refetch:
+            return False
+        self._attempted_at = now
+        try:
+            keys = _parse_jwks(self._fetch())
+        except Exception as exc:  # any failure: keep the stale keys
+            log.warning(
+                "JWKS refresh failed (%s); %s",
+                type(exc).__name__,
+                "serving stale keys" if self._keys else "no keys",
+            )
+            return False
+        self._keys, self._fetched_at = keys, now
+        return True
+
+    def get(self, kid: str | None, alg: str) -> Any:
+        """The key for ``kid`` verifying ``alg``; None if there is none, even after one allowed refetch."""
+        with self._lock:
+            now = self._clock()
+            refreshed = False
+            if self._keys is None or now - self._fetched_at >= self._ttl:
+                refreshed = self._refresh(now)
+            key = self._find(kid, alg)
+            # An unknown kid may be a rotated-in key: one refetch per call, rate-limited by _refresh.
+            if key is None and kid is not None and not refreshed and self._refresh(now):
+                key = self._find(kid, alg)
+            return key
+
+    def _find(self, kid: str | None, alg: str) -> Any:
+        if not self._keys:
+            return None
+        if kid is None:
+            # Without a kid only an unambiguous key set is acceptable.
+            candidates = [k for k in self._keys if k.alg == alg]
+            return candidates[0].key if len(candidates) == 1 else None
+        for k in self._keys:
+            if k.kid == kid and k.alg == alg:
+                return k.key
+        return None
+
+
+# --- Authenticator ----------------------------------------------------------------------------------------
+
+
+def _bearer_token(headers: Mapping[str, str] | None) -> str:
+    values = [v for k, v in (headers or {}).items() if isinstance(k, str) and k.lower() == "authorization"]
+    if not values:
+        raise Unauthorized("missing bearer token")
+    value = values[0]
+    if any(v != value for v in values):
+        raise Unauthorized("invalid authorization header")
+    parts = value.split() if isinstance(value, str) else []
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        raise Unauthorized("missing bearer token")
+    token = parts[1]
+    if len(token) > MAX_TOKEN_BYTES:
+        raise Unauthorized("token too large")
+    if not token.isascii() or not _TOKEN_SHAPE.fullmatch(token):
+        raise Unauthorized("invalid token")
+    return token
+
+
+def _role(value: Any) -> Role:
+    """The role from a string claim, or from a group list (Cognito's ``cognito:groups``), lead first."""
+    if isinstance(value, str):
+        if value == "customer":
+            return "customer"
+        if value == "support_lead":
+            return "support_lead"
+    elif isinstance(value, list):
+        if "support_lead" in value:
+            return "support_lead"
+        if "customer" in value:
+            return "customer"
+    raise Forbidden("forbidden")
+
+
+def _customer_id(value: Any) -> int:
+    """A positive integer, or its decimal string (Cognito custom claims are strings); nothing else."""
+    if isinstance(value, bool):
+        raise Unauthorized("invalid token")
+    if isinstance(value, int) and 0 < value <= _MAX_CUSTOMER_ID:
+        return value
+    if isinstance(value, str) and _CUSTOMER_ID_DIGITS.fullmatch(value):
+        return int(value)
+    raise Unauthorized("invalid token")
+
+
+class Authenticator:
+    """Verifies bearer tokens against Settings and returns the Principal.
+
+    Construction does no network I/O; it fails fast when neither a JWKS URL nor an HS256 secret is set.
+    ``jwks_fetch`` (returns the JWKS document) or ``jwks_client`` (a ``jwt.PyJWKClient``) and ``clock``
+    (monotonic seconds, for the key cache) are injectable for tests.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        jwks_client: jwt.PyJWKClient | None = None,
+        jwks_fetch: JwksFetch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not settings.jwt_issuer or not settings.jwt_audience:
+            raise ValueError("JWT_ISSUER and JWT_AUDIENCE must be set")
+        self._settings = settings
+        self._jwks: JwksCache | None = None
+        self._secret: bytes | None = None
+        if settings.jwt_jwks_url or jwks_client is not None or jwks_fetch is not None:
+            if jwks_fetch is None:
+                if jwks_client is None:
+                    # The client is used only as a fetcher (its own caches off): ours serves stale keys.
+                    jwks_client = jwt.PyJWKClient(settings.jwt_jwks_url, cache_jwk_set=False, timeout=3)
+                jwks_fetch = jwks_client.fetch_data
+            self._jwks = JwksCache(jwks_fetch, ttl=settings.jwks_cache_seconds, clock=clock)
+            self._algorithms = _JWKS_ALGORITHMS
+        elif settings.jwt_secret:
+            self._secret = settings.jwt_secret.encode()
+            self._algorithms = _HS_ALGORITHMS
+        else:
+            raise ValueError("set JWT_JWKS_URL (production) or JWT_SECRET (local/dev) to verify tokens")
+
+    def authenticate(self, headers: Mapping[str, str] | None) -> Principal:
+        """The verified Principal for a request's headers; Unauthorized (401) or Forbidden (403) otherwise."""
+        claims = self._verify(_bearer_token(headers))
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub.strip():
+            raise Unauthorized("invalid token")
+        role = _role(claims.get(self._settings.jwt_role_claim))
+        if role == "support_lead":
+            # A lead acts on no customer's behalf, whatever the token says.
+            return Principal(sub=sub, role=role, customer_id=None)
+        return Principal(
+            sub=sub, role=role, customer_id=_customer_id(claims.get(self._settings.jwt_customer_id_claim))
+        )
+
+    def _verify(self, token: str) -> dict[str, Any]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise Unauthorized("invalid token") from None
+        alg = header.get("alg")
+        # Checked before choosing a key, so "none" and HS/RS confusion never reach a verifier.
+        if not isinstance(alg, str) or alg not in self._algorithms:
+            raise Unauthorized("invalid token")
+        key: Any
+        if self._jwks is not None:
+            kid = header.get("kid")
+            if kid is not None and not isinstance(kid, str):
+                raise Unauthorized("invalid token")
+            key = self._jwks.get(kid, alg)
+            if key is None:
+                raise Unauthorized("invalid token")
+        else:
+            key = self._secret
+        try:
+            return jwt.decode(
+                token,
+                key,
+                algorithms=[alg],
+                issuer=self._settings.jwt_issuer,  # a str: pyjwt compares it exactly
+                audience=self._settings.jwt_audience,
+                leeway=self._settings.jwt_leeway_seconds,
+                options={
+                    "require": REQUIRED_CLAIMS,
+                    "verify_signature": True,
+                    "verify_exp": True,
+                    "verify_nbf": True,
+                    "verify_iat": True,
+                    "verify_iss": True,
+                    "verify_aud": True,
+                    "verify_sub": True,
+                },
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("token expired") from None
+        except (jwt.PyJWTError, ValueError, TypeError):
+            raise Unauthorized("invalid token") from None
+
+
+@lru_cache(maxsize=4)
+def _authenticator_for(settings: Settings) -> Authenticator:
+    return Authenticator(settings)
+
+
+def get_authenticator() -> Authenticator:
+    """The process-wide Authenticator, so the JWKS cache survives across warm invocations."""
+    return _authenticator_for(get_settings())
+
+
+def authenticate(headers: Mapping[str, str] | None) -> Principal:
+    """Shorthand for ``get_authenticator().authenticate(headers)``."""
+    return get_authenticator().authenticate(headers)
+
+
+# --- Authorization helpers --------------------------------------------------------------------------------
+
+
+def require_role(principal: Principal, role: Role) -> None:
+    """Forbidden (403) unless the principal has ``role``."""
+    if principal.role != role:
+        raise Forbidden("forbidden")
+
+
+def require_customer(principal: Principal) -> int:
+    """The customer id every tool is keyed by; Forbidden for a non-customer."""
+    require_role(principal, "customer")
+    if principal.customer_id is None:  # Authenticator never builds this; guards hand-made Principals
+        raise Unauthorized("invalid token")
+    return principal.customer_id

@@ -1,0 +1,83 @@
+"""Settings from the environment, validated once per cold start.
+
+Every limit the rules in DESIGN.md name is here, so a deployment changes behaviour through
+template parameters, never through code.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    # Tables and queues (physical names come from the stack).
+    conversations_table: str = Field("Conversations", alias="CONVERSATIONS_TABLE")
+    customer_data_table: str = Field("CustomerData", alias="CUSTOMER_DATA_TABLE")
+    approvals_table: str = Field("Approvals", alias="APPROVALS_TABLE")
+    audit_table: str = Field("Audit", alias="AUDIT_TABLE")
+    approval_queue_url: str = Field("", alias="APPROVAL_QUEUE_URL")
+
+    # The model.
+    llm_provider: Literal["anthropic"] = Field("anthropic", alias="LLM_PROVIDER")
+    anthropic_base_url: str = Field("https://api.anthropic.com", alias="ANTHROPIC_BASE_URL")
+    anthropic_api_key: str = Field("", alias="ANTHROPIC_API_KEY", repr=False)
+    anthropic_api_key_secret_arn: str = Field("", alias="ANTHROPIC_API_KEY_SECRET_ARN")
+    anthropic_version: str = Field("2023-06-01", alias="ANTHROPIC_VERSION")
+    model_id: str = Field("claude-sonnet-4-5", alias="MODEL_ID")
+    max_tokens: int = Field(1024, alias="MAX_TOKENS", ge=1, le=64000)
+    llm_connect_timeout: float = Field(3.0, alias="LLM_CONNECT_TIMEOUT", gt=0)
+    llm_read_timeout: float = Field(25.0, alias="LLM_READ_TIMEOUT", gt=0)
+    llm_max_retries: int = Field(3, alias="LLM_MAX_RETRIES", ge=0, le=10)
+    breaker_failure_threshold: int = Field(5, alias="BREAKER_FAILURE_THRESHOLD", ge=1)
+    breaker_cooldown_seconds: float = Field(30.0, alias="BREAKER_COOLDOWN_SECONDS", gt=0)
+
+    # Bounds (rule 4).
+    max_iterations: int = Field(8, alias="MAX_ITERATIONS", ge=1, le=50)
+    max_tool_calls_per_turn: int = Field(8, alias="MAX_TOOL_CALLS_PER_TURN", ge=1, le=50)
+    conversation_token_budget: int = Field(200_000, alias="CONVERSATION_TOKEN_BUDGET", ge=1)
+    turn_deadline_seconds: float = Field(27.0, alias="TURN_DEADLINE_SECONDS", gt=0)
+    persist_reserve_seconds: float = Field(1.5, alias="PERSIST_RESERVE_SECONDS", ge=0)
+    lease_seconds: int = Field(40, alias="LEASE_SECONDS", ge=1)
+    max_message_chars: int = Field(4000, alias="MAX_MESSAGE_CHARS", ge=1)
+    max_body_bytes: int = Field(16384, alias="MAX_BODY_BYTES", ge=64)
+    tool_output_max_chars: int = Field(4000, alias="TOOL_OUTPUT_MAX_CHARS", ge=100)
+
+    # Money.
+    refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
+
+    transparency: Literal["verbose", "quiet"] = Field("verbose", alias="TRANSPARENCY")
+
+    # Auth.
+    jwt_secret: str = Field("", alias="JWT_SECRET", repr=False)
+    jwt_jwks_url: str = Field("", alias="JWT_JWKS_URL")
+    jwt_issuer: str = Field("support-agent-local", alias="JWT_ISSUER")
+    jwt_audience: str = Field("support-agent", alias="JWT_AUDIENCE")
+    jwt_role_claim: str = Field("role", alias="JWT_ROLE_CLAIM")
+    jwt_customer_id_claim: str = Field("customer_id", alias="JWT_CUSTOMER_ID_CLAIM")
+    jwt_leeway_seconds: int = Field(30, alias="JWT_LEEWAY_SECONDS", ge=0, le=300)
+    jwks_cache_seconds: int = Field(300, alias="JWKS_CACHE_SECONDS", ge=1)
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _secret_long_enough(cls, value: str) -> str:
+        if value and len(value.encode()) < 32:
+            raise ValueError("JWT_SECRET must be at least 32 bytes")
+        return value
+
+
+def load_settings(environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    known = {f.alias for f in Settings.model_fields.values() if f.alias}
+    return Settings.model_validate({k: v for k, v in env.items() if k in known})
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings; tests call ``get_settings.cache_clear()`` after changing env."""
+    return load_settings()

@@ -1,0 +1,1 @@
+"""DynamoDB repositories. Every key that holds customer data starts with the customer id."""

@@ -1,0 +1,65 @@
+"""Low-level DynamoDB helpers shared by the repositories.
+
+The low-level client (not the resource API) keeps cold starts short; items are converted with
+botocore-free serializers and numbers come back as ``int`` because we only store integers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+else:
+    DynamoDBClient = Any
+
+_ser = TypeSerializer()
+_de = TypeDeserializer()
+
+
+def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _ser.serialize(v) for k, v in values.items() if v is not None}
+
+
+def to_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Expression attribute values (``:name`` keys)."""
+    return {k: _ser.serialize(v) for k, v in values.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | set):
+        return [_plain(v) for v in value]
+    return value
+
+
+def from_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _plain(_de.deserialize(v)) for k, v in item.items()}
+
+
+def dumps(value: Any) -> str:
+    """Compact, deterministic JSON for blobs we store verbatim (message content, audit payloads)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=False)
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def cancellation_codes(exc: ClientError) -> list[str]:
+    """Per-item reasons of a cancelled TransactWriteItems, in request order ("None" for items that passed)."""
+    reasons = exc.response.get("CancellationReasons") or []
+    return [str(r.get("Code", "None")) for r in reasons]
+
+
+def is_conditional_failure(exc: ClientError) -> bool:
+    return error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException")

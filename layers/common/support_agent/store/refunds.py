@@ -1,0 +1,186 @@
+"""Money writes: each one conditional TransactWriteItems with its own audit row.
+
+Per order the invariant ``available + reserved + refunded = total`` holds after every write: each
+transaction moves an amount between those fields and is conditioned on ``available`` covering it.
+DynamoDB conditions cannot add attributes, so the threshold rule
+``refunded + reserved + A <= T`` is checked as the equivalent ``available >= total - T + A``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from support_agent.store.audit import AuditRecord
+from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
+from support_agent.store.dynamo import (
+    DynamoDBClient,
+    cancellation_codes,
+    dumps,
+    error_code,
+    to_item,
+    to_values,
+)
+
+
+class RefundRace(Exception):
+    """The order changed between our read and our write (or the request row already exists)."""
+
+    def __init__(self, request_exists: bool) -> None:
+        super().__init__("refund transaction cancelled")
+        self.request_exists = request_exists
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    customer_id: int
+    order_id: int
+    total_cents: int
+    amount_cents: int
+    currency: str
+    reason: str
+    request_sk: str
+    conversation_id: str
+    tool_use_id: str
+    actor: str
+    request_id: str
+    now: str
+
+
+class RefundWriter:
+    def __init__(
+        self, client: DynamoDBClient, customer_table: str, approvals_table: str, audit_table: str
+    ) -> None:
+        self._db = client
+        self._customers = customer_table
+        self._approvals = approvals_table
+        self._audit = audit_table
+
+    def _request_row(
+        self, r: RefundRequest, kind: str, status: str, result: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self._customers,
+                "Item": to_item(
+                    {
+                        "customer_id": r.customer_id,
+                        "sk": r.request_sk,
+                        "kind": kind,
+                        "order_id": r.order_id,
+                        "amount_cents": r.amount_cents,
+                        "currency": r.currency,
+                        "reason": r.reason,
+                        "status": status,
+                        "approval_id": result.get("approval_id"),
+                        "conversation_id": r.conversation_id,
+                        "tool_use_id": r.tool_use_id,
+                        "created_at": r.now,
+                        "result": dumps(result),
+                    }
+                ),
+                "ConditionExpression": "attribute_not_exists(sk)",
+            }
+        }
+
+    def _audit_row(
+        self, r: RefundRequest, action: str, outcome: str, result: dict[str, Any]
+    ) -> dict[str, Any]:
+        return AuditRecord(
+            stream=r.conversation_id,
+            action=action,
+            actor=r.actor,
+            outcome=outcome,
+            customer_id=r.customer_id,
+            created_at=r.now,
+            tool="request_refund",
+            input={"order_id": r.order_id, "amount_cents": r.amount_cents, "reason": r.reason},
+            output=result,
+            conversation_id=r.conversation_id,
+            approval_id=result.get("approval_id"),
+            request_id=r.request_id,
+            tool_use_id=r.tool_use_id,
+        ).put(self._audit)
+
+    def _order_update(self, r: RefundRequest, set_expr: str, need: int) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self._customers,
+                "Key": order_key(r.customer_id, r.order_id),
+                "UpdateExpression": set_expr,
+                "ConditionExpression": (
+                    "#st IN (:s1, :s2) AND total_cents = :total AND available_cents >= :need"
+                ),
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": to_values(
+                    {
+                        ":s1": REFUNDABLE_STATUSES[0],
+                        ":s2": REFUNDABLE_STATUSES[1],
+                        ":total": r.total_cents,
+                        ":need": need,
+                        ":a": r.amount_cents,
+                    }
+                ),
+            }
+        }
+
+    def _transact(self, items: list[dict[str, Any]]) -> None:
+        try:
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            codes = cancellation_codes(exc)
+            raise RefundRace(request_exists=bool(codes) and codes[0] == "ConditionalCheckFailed") from None
+
+    def direct(self, r: RefundRequest, threshold_cents: int, result: dict[str, Any]) -> None:
+        """Refund at once: only while refunded + reserved + amount stays within the threshold."""
+        need = max(r.amount_cents, r.total_cents - threshold_cents + r.amount_cents)
+        self._transact(
+            [
+                self._request_row(r, "direct", "REFUNDED", result),
+                self._order_update(
+                    r,
+                    "SET available_cents = available_cents - :a, refunded_cents = refunded_cents + :a",
+                    need,
+                ),
+                self._audit_row(r, "refund", "REFUNDED", result),
+            ]
+        )
+
+    def reserve(self, r: RefundRequest, approval_id: str, result: dict[str, Any]) -> None:
+        """Write the PENDING approval and reserve the amount, in one transaction."""
+        approval = {
+            "approval_id": approval_id,
+            "status": "PENDING",
+            "customer_id": r.customer_id,
+            "order_id": r.order_id,
+            "amount_cents": r.amount_cents,
+            "currency": r.currency,
+            "reason": r.reason,
+            "conversation_id": r.conversation_id,
+            "tool_use_id": r.tool_use_id,
+            "request_sk": r.request_sk,
+            "requested_by": r.actor,
+            "created_at": r.now,
+        }
+        self._transact(
+            [
+                self._request_row(r, "approval", "PENDING_APPROVAL", result),
+                self._order_update(
+                    r,
+                    "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
+                    r.amount_cents,
+                ),
+                {
+                    "Put": {
+                        "TableName": self._approvals,
+                        "Item": to_item(approval),
+                        "ConditionExpression": "attribute_not_exists(approval_id)",
+                    }
+                },
+                self._audit_row(r, "refund_requested", "PENDING_APPROVAL", result),
+            ]
+        )

@@ -1,0 +1,116 @@
+"""request_refund: the only tool that moves money, and the code (not the model) decides how.
+
+A call is idempotent by ``(conversation_id, seq, tool_use_id)``: if it already ran (say, before a
+crash) the recorded result is returned and nothing is written again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from support_agent.ids import new_approval_id
+from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore, refund_request_sk
+from support_agent.store.refunds import RefundRace, RefundRequest, RefundWriter
+from support_agent.tools.orders import not_found
+from support_agent.tools.registry import Tool, ToolContext, ToolError
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+
+
+class RequestRefundInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    order_id: int = Field(..., ge=1, le=2_147_483_647, strict=True, description="The numeric order id.")
+    amount_cents: int = Field(
+        ..., ge=1, le=100_000_000, strict=True, description="Amount to refund in minor units (cents)."
+    )
+    reason: str = Field(..., min_length=1, max_length=500, description="Why the customer wants a refund.")
+
+
+def refund_tools(
+    store: CustomerDataStore,
+    writer: RefundWriter,
+    enqueue_approval: Callable[[str], None],
+    threshold_cents: int,
+) -> list[Tool[Any]]:
+    def recorded(args: RequestRefundInput, ctx: ToolContext) -> dict[str, Any] | None:
+        row = store.get(ctx.customer_id, refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id))
+        return json.loads(row["result"]) if row else None
+
+    def attempt(args: RequestRefundInput, ctx: ToolContext) -> dict[str, Any]:
+        order = store.get_order(ctx.customer_id, args.order_id)
+        if order is None:
+            raise not_found(args.order_id)
+        if order["status"] not in REFUNDABLE_STATUSES:
+            raise ToolError(
+                f"order {args.order_id} is {order['status']}; only delivered or shipped orders can be refunded"
+            )
+        available = int(order.get("available_cents", 0))
+        if args.amount_cents > available:
+            raise ToolError(
+                f"order {args.order_id} has {available} cents left to refund; {args.amount_cents} is too much"
+            )
+        request = RefundRequest(
+            customer_id=ctx.customer_id,
+            order_id=args.order_id,
+            total_cents=int(order["total_cents"]),
+            amount_cents=args.amount_cents,
+            currency=order["currency"],
+            reason=args.reason,
+            request_sk=refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id),
+            conversation_id=ctx.conversation_id,
+            tool_use_id=ctx.tool_use_id,
+            actor=ctx.principal.sub,
+            request_id=ctx.request_id,
+            now=ctx.now,
+        )
+        committed = int(order.get("refunded_cents", 0)) + int(order.get("reserved_cents", 0))
+        money = {"order_id": args.order_id, "amount_cents": args.amount_cents, "currency": order["currency"]}
+        if committed + args.amount_cents <= threshold_cents:
+            result = {"status": "REFUNDED", **money}
+            writer.direct(request, threshold_cents, result)
+            return result
+        approval_id = new_approval_id()
+        result = {
+            "status": "PENDING_APPROVAL",
+            "approval_id": approval_id,
+            **money,
+            "message": "Refunds of this size need a support lead's approval; the customer will be told "
+            "the outcome.",
+        }
+        writer.reserve(request, approval_id, result)
+        try:
+            enqueue_approval(approval_id)
+        except Exception:  # the sweep re-enqueues approvals that were never notified
+            logger.exception("approval enqueue failed", extra={"approval_id": approval_id})
+        return result
+
+    def request_refund(args: RequestRefundInput, ctx: ToolContext) -> dict[str, Any]:
+        for _ in range(MAX_ATTEMPTS):
+            prior = recorded(args, ctx)
+            if prior is not None:
+                return prior
+            try:
+                return attempt(args, ctx)
+            except RefundRace:
+                continue  # the order changed under us, or this call was recorded meanwhile: decide again
+        raise ToolError(f"order {args.order_id} is changing right now; try the refund again in a moment")
+
+    return [
+        Tool(
+            "request_refund",
+            "Request a refund on one of the signed-in customer's delivered or shipped orders, in cents, "
+            "never more than the order's refundable amount (see lookup_order). Small refunds complete at "
+            "once (status REFUNDED); larger ones wait for a support lead (status PENDING_APPROVAL with an "
+            "approval_id). Only call it when the customer asked for a refund.",
+            RequestRefundInput,
+            request_refund,
+            recorded=recorded,
+        )
+    ]

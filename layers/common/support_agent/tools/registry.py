@@ -1,0 +1,115 @@
+"""Tool registry: pydantic input models become ``input_schema``; every failure becomes ``is_error``.
+
+The model only proposes a call. The registry validates it (extra properties forbidden, so a
+``customer_id`` smuggled into the arguments is refused), and the tool receives the customer id
+from the verified principal through `ToolContext`, never from its input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from support_agent.auth import Principal
+
+In = TypeVar("In", bound=BaseModel)
+
+
+class ToolError(Exception):
+    """A business failure the model can act on (unknown order, amount too high, ...)."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    principal: Principal
+    customer_id: int
+    conversation_id: str
+    seq: int  # seq of the stored assistant message holding the tool_use
+    tool_use_id: str
+    request_id: str
+    now: str
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    result: dict[str, Any]
+    is_error: bool
+    outcome: str  # ok | error | invalid_input | unknown_tool | not_executed | limit | recorded
+
+
+@dataclass(frozen=True)
+class Tool(Generic[In]):
+    name: str
+    description: str
+    input_model: type[In]
+    run: Callable[[In, ToolContext], dict[str, Any]]
+    # For tools with side effects: the result already recorded for this call, if it ran before a crash.
+    recorded: Callable[[In, ToolContext], dict[str, Any] | None] | None = None
+
+    def spec(self) -> dict[str, Any]:
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return {"name": self.name, "description": self.description, "input_schema": schema}
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "input"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool[Any]]) -> None:
+        self._tools = {t.name: t for t in tools}
+        self._specs = [t.spec() for t in tools]
+
+    @property
+    def specs(self) -> list[dict[str, Any]]:
+        """Tool definitions in a fixed order, built once: a stable prompt-cache prefix."""
+        return self._specs
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def _parse(self, name: str, raw: Any) -> tuple[Tool[Any], BaseModel] | ToolOutcome:
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolOutcome(
+                {"error": f"unknown tool '{name[:64]}'; available tools: {', '.join(self._tools)}"},
+                True,
+                "unknown_tool",
+            )
+        if not isinstance(raw, dict):
+            return ToolOutcome({"error": "tool input must be a JSON object"}, True, "invalid_input")
+        try:
+            return tool, tool.input_model.model_validate(raw)
+        except ValidationError as exc:
+            return ToolOutcome({"error": f"invalid input: {_validation_message(exc)}"}, True, "invalid_input")
+
+    def execute(self, name: str, raw: Any, ctx: ToolContext) -> ToolOutcome:
+        parsed = self._parse(name, raw)
+        if isinstance(parsed, ToolOutcome):
+            return parsed
+        tool, args = parsed
+        try:
+            return ToolOutcome(tool.run(args, ctx), False, "ok")
+        except ToolError as exc:
+            return ToolOutcome({"error": str(exc)}, True, "error")
+
+    def recorded(self, name: str, raw: Any, ctx: ToolContext) -> ToolOutcome | None:
+        """What a call that may have run before a crash did, if it left a record."""
+        parsed = self._parse(name, raw)
+        if isinstance(parsed, ToolOutcome):
+            return None
+        tool, args = parsed
+        if tool.recorded is None:
+            return None
+        result = tool.recorded(args, ctx)
+        return None if result is None else ToolOutcome(result, bool(result.get("error")), "recorded")

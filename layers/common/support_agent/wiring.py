@@ -1,0 +1,79 @@
+"""Process-wide singletons, built on first use and reused across warm invocations.
+
+Built lazily (not at import) so importing a handler makes no AWS or network call, and tests can
+point the environment at moto first; ``reset()`` drops them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import boto3
+
+from support_agent.agent.loop import Agent
+from support_agent.config import Settings, get_settings
+from support_agent.llm.base import LlmClient
+from support_agent.store.approvals import ApprovalStore
+from support_agent.store.conversations import ConversationStore
+from support_agent.store.customer_data import CustomerDataStore
+from support_agent.store.refunds import RefundWriter
+from support_agent.tools.orders import order_tools
+from support_agent.tools.refunds import refund_tools
+from support_agent.tools.registry import ToolRegistry
+
+
+@dataclass(frozen=True)
+class ChatServices:
+    settings: Settings
+    agent: Agent
+    conversations: ConversationStore
+    customer_data: CustomerDataStore
+    approvals: ApprovalStore
+
+
+def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
+    customer_data = CustomerDataStore(ddb, settings.customer_data_table)
+    writer = RefundWriter(ddb, settings.customer_data_table, settings.approvals_table, settings.audit_table)
+
+    def enqueue(approval_id: str) -> None:
+        sqs.send_message(QueueUrl=settings.approval_queue_url, MessageBody=json.dumps({"approvalId": approval_id}))
+
+    return ToolRegistry(
+        order_tools(customer_data) + refund_tools(customer_data, writer, enqueue, settings.refund_threshold_cents)
+    )
+
+
+def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None) -> ChatServices:
+    ddb = ddb or boto3.client("dynamodb")
+    sqs = sqs or boto3.client("sqs")
+    conversations = ConversationStore(ddb, settings.conversations_table)
+    agent = Agent(settings, llm, conversations, build_registry(settings, ddb, sqs), settings.audit_table)
+    return ChatServices(
+        settings,
+        agent,
+        conversations,
+        CustomerDataStore(ddb, settings.customer_data_table),
+        ApprovalStore(ddb, settings.approvals_table),
+    )
+
+
+@lru_cache(maxsize=1)
+def chat_services() -> ChatServices:
+    from support_agent.llm.factory import llm_client_from_settings
+
+    settings = get_settings()
+    return build_chat_services(settings, llm_client_from_settings(settings))
+
+
+def reset() -> None:
+    """Forget settings and singletons (tests change the environment between stacks)."""
+    from support_agent.auth import _authenticator_for
+
+    chat_services.cache_clear()
+    get_settings.cache_clear()
+    cache_clear = getattr(_authenticator_for, "cache_clear", None)
+    if cache_clear:
+        cache_clear()

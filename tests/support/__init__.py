@@ -1,0 +1,1 @@
+"""Test helpers: a scripted model, tables from template.yaml in moto, and a harness for turns."""

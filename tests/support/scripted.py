@@ -1,0 +1,71 @@
+"""A scripted LlmClient: plays back responses and records every request it was sent."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+
+_ids = itertools.count(1)
+
+Step = LlmResponse | Exception | Callable[[list[Message]], LlmResponse]
+
+
+def tool_use(name: str, input: dict[str, Any] | Any, id: str | None = None) -> dict[str, Any]:
+    return {"type": "tool_use", "id": id or f"toolu_{next(_ids):04d}", "name": name, "input": input}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def reply(stop_reason: str, *blocks: dict[str, Any], usage: Usage | None = None) -> LlmResponse:
+    return LlmResponse(stop_reason, list(blocks), usage or Usage(100, 20), "scripted")
+
+
+def tools(*uses: dict[str, Any], usage: Usage | None = None) -> LlmResponse:
+    return reply("tool_use", *uses, usage=usage)
+
+
+def answer(value: str, usage: Usage | None = None) -> LlmResponse:
+    return reply("end_turn", text(value), usage=usage)
+
+
+@dataclass
+class Request:
+    system: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    tool_choice: dict[str, Any] | None
+
+
+@dataclass
+class ScriptedModel:
+    script: list[Step] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    on_call: Callable[[], None] | None = None
+
+    def create(
+        self,
+        system: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        tool_choice: dict[str, Any] | None = None,
+        *,
+        deadline: Deadline | None = None,
+    ) -> LlmResponse:
+        self.requests.append(Request(system, copy.deepcopy(messages), tools, tool_choice))
+        if self.on_call:
+            self.on_call()
+        if not self.script:
+            raise AssertionError("the scripted model ran out of responses")
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        if isinstance(step, LlmResponse):
+            return step
+        return step(messages)
