@@ -53,7 +53,11 @@ class Harness:
         self.counter += 1
         principal = Principal(f"customer-{customer_id}", "customer", customer_id)
         return self.agent.run_turn(
-            principal, customer_id, conversation_id, message, f"req-{self.counter}",
+            principal,
+            customer_id,
+            conversation_id,
+            message,
+            f"req-{self.counter}",
             Deadline.after(seconds, self.clock),
         )
 
@@ -91,12 +95,31 @@ def make_harness(**env: str) -> Harness:
     clock = FakeClock()
     conversations = ConversationStore(ddb, settings.conversations_table)
     harness: Harness
+
     def checkpoint(step: str) -> None:
         if step in harness.crash_at:
             harness.crash_at.discard(step)
             raise Crash(step)
-    agent = Agent(settings, model, conversations, build_registry(settings, ddb, sqs), settings.audit_table,
-                  clock=clock, checkpoint=checkpoint)
-    harness = Harness(settings, model, ddb, sqs, queue_url, clock, agent, conversations,
-                      CustomerDataStore(ddb, settings.customer_data_table), AuditStore(ddb, settings.audit_table))
+
+    agent = Agent(
+        settings,
+        model,
+        conversations,
+        build_registry(settings, ddb, sqs),
+        settings.audit_table,
+        clock=clock,
+        checkpoint=checkpoint,
+    )
+    harness = Harness(
+        settings,
+        model,
+        ddb,
+        sqs,
+        queue_url,
+        clock,
+        agent,
+        conversations,
+        CustomerDataStore(ddb, settings.customer_data_table),
+        AuditStore(ddb, settings.audit_table),
+    )
     return harness

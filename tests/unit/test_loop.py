@@ -30,8 +30,10 @@ def test_seed_transcript_three_iterations_usage_summed(harness: Harness) -> None
     h = harness
     h.model.script = [
         tools(tool_use("lookup_order", {"order_id": 1042}), usage=Usage(1000, 50, 0, 700)),
-        tools(tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": "customer request"}),
-              usage=Usage(1100, 60, 700, 0)),
+        tools(
+            tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": "customer request"}),
+            usage=Usage(1100, 60, 700, 0),
+        ),
         answer("Order 1042 was delivered. The refund of 189.00 needs a teammate's approval.", Usage(210, 77, 700, 0)),
     ]
     r = h.turn("Where is my order 1042? Also refund it.")
@@ -125,8 +127,10 @@ def test_tool_errors_become_is_error_and_loop_goes_on(harness: Harness, call: di
 
 def test_missing_and_foreign_orders_answer_the_same(harness: Harness) -> None:
     h = harness
-    h.model.script = [tools(tool_use("lookup_order", {"order_id": 2001}), tool_use("lookup_order", {"order_id": 2999})),
-                      answer("no")]
+    h.model.script = [
+        tools(tool_use("lookup_order", {"order_id": 2001}), tool_use("lookup_order", {"order_id": 2999})),
+        answer("no"),
+    ]
     r = h.turn("x")
     a, b = (c["result"]["error"] for c in r.trace[0]["toolCalls"])
     assert a.replace("2001", "N") == b.replace("2999", "N")
@@ -134,8 +138,10 @@ def test_missing_and_foreign_orders_answer_the_same(harness: Harness) -> None:
 
 def test_two_tool_uses_one_user_message(harness: Harness) -> None:
     h = harness
-    h.model.script = [tools(tool_use("lookup_order", {"order_id": 1042}), tool_use("list_invoices", {"order_id": 1042})),
-                      answer("ok")]
+    h.model.script = [
+        tools(tool_use("lookup_order", {"order_id": 1042}), tool_use("list_invoices", {"order_id": 1042})),
+        answer("ok"),
+    ]
     r = h.turn("x")
     msgs = stored(h, r.conversation_id)
     assert len(results(msgs[2])) == 2 and msgs[3]["role"] == "assistant"
@@ -199,7 +205,9 @@ def test_max_tokens_never_runs_a_truncated_tool_use(harness: Harness) -> None:
 
 def test_unknown_stop_reason_with_tool_use_does_not_run_it(harness: Harness) -> None:
     h = harness
-    h.model.script = [reply("surprise", tool_use("request_refund", {"order_id": 1043, "amount_cents": 100, "reason": "x"}))]
+    h.model.script = [
+        reply("surprise", tool_use("request_refund", {"order_id": 1043, "amount_cents": 100, "reason": "x"}))
+    ]
     r = h.turn("x")
     assert r.stop_reason == "end_turn" and h.order(1043)["refunded_cents"] == 0
     assert hist.problems(stored(h, r.conversation_id)) == []

@@ -268,9 +268,7 @@ class Authenticator:
         if role == "support_lead":
             # A lead acts on no customer's behalf, whatever the token says.
             return Principal(sub=sub, role=role, customer_id=None)
-        return Principal(
-            sub=sub, role=role, customer_id=_customer_id(claims.get(self._settings.jwt_customer_id_claim))
-        )
+        return Principal(sub=sub, role=role, customer_id=_customer_id(claims.get(self._settings.jwt_customer_id_claim)))
 
     def _verify(self, token: str) -> dict[str, Any]:
         try:

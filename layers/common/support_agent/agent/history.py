@@ -64,7 +64,7 @@ def problems(messages: list[Message]) -> list[str]:
                 found.append(f"message {i}: duplicate tool_use ids")
             if uses:
                 nxt: list[dict[str, Any]] = blocks(merged[i + 1]) if i + 1 < len(merged) else []
-                answered = [b.get("tool_use_id") for b in nxt if b.get("type") == "tool_result"]
+                answered = [str(b.get("tool_use_id")) for b in nxt if b.get("type") == "tool_result"]
                 if sorted(answered) != sorted(uses):
                     found.append(f"message {i}: tool_use ids {uses} answered by {answered}")
                 leading = [b.get("type") for b in nxt[: len(answered)]]

@@ -141,9 +141,7 @@ class Agent:
         lease_until = int(self.clock()) + self.settings.lease_seconds
         if conversation_id is None:
             conversation_id = new_conversation_id()
-            header = self.conversations.create(
-                conversation_id, customer_id, request_id, self.now(), lease_until
-            )
+            header = self.conversations.create(conversation_id, customer_id, request_id, self.now(), lease_until)
         else:
             header = self.conversations.acquire_lease(
                 conversation_id, customer_id, request_id, int(self.clock()), lease_until
@@ -204,9 +202,7 @@ class _Turn:
         return stored
 
     def _ctx(self, seq: int, tool_use_id: str) -> ToolContext:
-        return ToolContext(
-            self.principal, self.customer_id, self.cid, seq, tool_use_id, self.request_id, self.a.now()
-        )
+        return ToolContext(self.principal, self.customer_id, self.cid, seq, tool_use_id, self.request_id, self.a.now())
 
     def _audit(self, use: Block, outcome: ToolOutcome) -> AuditRecord:
         return AuditRecord(
@@ -235,9 +231,7 @@ class _Turn:
             }
             for use, outcome in pairs
         ]
-        stored = self._append(
-            [{"role": "user", "content": content}], audit=[self._audit(u, o) for u, o in pairs]
-        )
+        stored = self._append([{"role": "user", "content": content}], audit=[self._audit(u, o) for u, o in pairs])
         self.a.checkpoint("after_results_write")
         return stored[0].as_message()
 
@@ -251,9 +245,7 @@ class _Turn:
         assistant, uses = gap
         pairs = []
         for use in uses:
-            recorded = self.a.tools.recorded(
-                use["name"], use.get("input"), self._ctx(assistant.seq, use["id"])
-            )
+            recorded = self.a.tools.recorded(use["name"], use.get("input"), self._ctx(assistant.seq, use["id"]))
             pairs.append(
                 (
                     use,
@@ -356,33 +348,23 @@ class _Turn:
                 outcome = ToolOutcome({"error": f"not executed: {why}"}, True, "not_executed")
             elif final:
                 outcome = ToolOutcome(
-                    {
-                        "error": "not executed: no more tool calls in this turn; answer the "
-                        "customer with what you have"
-                    },
+                    {"error": "not executed: no more tool calls in this turn; answer the customer with what you have"},
                     True,
                     "limit",
                 )
             elif self.tool_calls >= self.s.max_tool_calls_per_turn:
                 outcome = ToolOutcome(
-                    {
-                        "error": f"not executed: at most {self.s.max_tool_calls_per_turn} tool "
-                        "calls per message"
-                    },
+                    {"error": f"not executed: at most {self.s.max_tool_calls_per_turn} tool calls per message"},
                     True,
                     "limit",
                 )
             else:
                 self.tool_calls += 1
-                outcome = self.a.tools.execute(
-                    use["name"], use.get("input"), self._ctx(assistant.seq, use["id"])
-                )
+                outcome = self.a.tools.execute(use["name"], use.get("input"), self._ctx(assistant.seq, use["id"]))
                 self.a.checkpoint(f"after_tool:{index}")
             pairs.append((use, outcome))
         results = self._store_results(pairs)
-        return [
-            ToolCallTrace(u["id"], u["name"], u.get("input"), o.result, o.is_error) for u, o in pairs
-        ], results
+        return [ToolCallTrace(u["id"], u["name"], u.get("input"), o.result, o.is_error) for u, o in pairs], results
 
     def _result(self, stop: str, iterations: int, last: LlmResponse | None) -> TurnResult:
         text = last.text().strip() if last is not None else ""

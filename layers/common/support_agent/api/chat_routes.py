@@ -23,7 +23,7 @@ router = APIGatewayHttpRouter()
 class ChatRequest(BaseModel):
     # Identity never comes from the body: unknown fields such as customerId are refused.
     model_config = ConfigDict(extra="forbid")
-    conversationId: str | None = Field(None, pattern=CONVERSATION_ID.pattern)  # noqa: N815
+    conversationId: str | None = Field(None, pattern=CONVERSATION_ID.pattern)
     message: str = Field(..., min_length=1)
 
 
@@ -77,7 +77,7 @@ def chat(body: ChatRequest) -> dict[str, Any]:
 
 @router.get("/api/conversations")
 def list_conversations(
-    nextToken: Annotated[str | None, Query(max_length=2048)] = None,  # noqa: N803
+    nextToken: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> dict[str, Any]:
     services = chat_services()
     customer_id = require_customer(_principal())

@@ -83,9 +83,7 @@ def body_size(event: dict[str, Any]) -> int:
     return len(body.encode())
 
 
-def handle(
-    app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max_body_bytes: int
-) -> dict[str, Any]:
+def handle(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max_body_bytes: int) -> dict[str, Any]:
     """Resolve an API Gateway v2 event; oversized bodies are refused before anything parses them."""
     if body_size(event) > max_body_bytes:
         resp = error_response(TooLarge(f"request body is larger than {max_body_bytes} bytes"))

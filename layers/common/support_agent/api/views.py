@@ -12,9 +12,7 @@ def _text(content: list[dict[str, Any]]) -> str:
     return "".join(b.get("text", "") for b in content if b.get("type") == "text")
 
 
-def conversation_view(
-    header: Header, messages: list[StoredMessage], refunds: list[dict[str, Any]]
-) -> dict[str, Any]:
+def conversation_view(header: Header, messages: list[StoredMessage], refunds: list[dict[str, Any]]) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     for m in messages:
         for b in m.content:

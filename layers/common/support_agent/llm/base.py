@@ -47,9 +47,7 @@ class LlmResponse:
         return [b for b in self.content if isinstance(b, dict) and b.get("type") == "tool_use"]
 
     def text(self) -> str:
-        return "".join(
-            str(b.get("text", "")) for b in self.content if isinstance(b, dict) and b.get("type") == "text"
-        )
+        return "".join(str(b.get("text", "")) for b in self.content if isinstance(b, dict) and b.get("type") == "text")
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,6 @@ class ApprovalStore:
         self.table = table
 
     def get(self, approval_id: str) -> dict[str, Any] | None:
-        out = self._db.get_item(
-            TableName=self.table, Key=to_item({"approval_id": approval_id}), ConsistentRead=True
-        )
+        out = self._db.get_item(TableName=self.table, Key=to_item({"approval_id": approval_id}), ConsistentRead=True)
         item = out.get("Item")
         return from_item(item) if item else None

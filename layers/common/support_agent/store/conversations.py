@@ -72,9 +72,7 @@ class ConversationStore:
     def _key(self, conversation_id: str, seq: int = 0) -> dict[str, Any]:
         return to_item({"conversation_id": conversation_id, "seq": seq})
 
-    def create(
-        self, conversation_id: str, customer_id: int, owner: str, now: str, lease_until: int
-    ) -> Header:
+    def create(self, conversation_id: str, customer_id: int, owner: str, now: str, lease_until: int) -> Header:
         """A new conversation, born leased to the turn that creates it."""
         values = {
             "conversation_id": conversation_id,
@@ -115,7 +113,7 @@ class ConversationStore:
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
-            old = from_item(exc.response.get("Item") or {})
+            old = from_item(exc.response.get("Item") or {})  # type: ignore[arg-type]
             if not old or int(old.get("customer_id", -1)) != customer_id:
                 raise NotFound("conversation not found") from None
             raise Conflict("another turn is in progress on this conversation") from None

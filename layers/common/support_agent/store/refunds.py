@@ -50,17 +50,13 @@ class RefundRequest:
 
 
 class RefundWriter:
-    def __init__(
-        self, client: DynamoDBClient, customer_table: str, approvals_table: str, audit_table: str
-    ) -> None:
+    def __init__(self, client: DynamoDBClient, customer_table: str, approvals_table: str, audit_table: str) -> None:
         self._db = client
         self._customers = customer_table
         self._approvals = approvals_table
         self._audit = audit_table
 
-    def _request_row(
-        self, r: RefundRequest, kind: str, status: str, result: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _request_row(self, r: RefundRequest, kind: str, status: str, result: dict[str, Any]) -> dict[str, Any]:
         return {
             "Put": {
                 "TableName": self._customers,
@@ -85,9 +81,7 @@ class RefundWriter:
             }
         }
 
-    def _audit_row(
-        self, r: RefundRequest, action: str, outcome: str, result: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _audit_row(self, r: RefundRequest, action: str, outcome: str, result: dict[str, Any]) -> dict[str, Any]:
         return AuditRecord(
             stream=r.conversation_id,
             action=action,
@@ -110,9 +104,7 @@ class RefundWriter:
                 "TableName": self._customers,
                 "Key": order_key(r.customer_id, r.order_id),
                 "UpdateExpression": set_expr,
-                "ConditionExpression": (
-                    "#st IN (:s1, :s2) AND total_cents = :total AND available_cents >= :need"
-                ),
+                "ConditionExpression": ("#st IN (:s1, :s2) AND total_cents = :total AND available_cents >= :need"),
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": to_values(
                     {

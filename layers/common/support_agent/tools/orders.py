@@ -72,11 +72,7 @@ def order_tools(store: CustomerDataStore) -> list[Tool[Any]]:
             for i in store.list_invoices(ctx.customer_id)
             if args.order_id is None or i["order_id"] == args.order_id
         ]
-        if (
-            args.order_id is not None
-            and not invoices
-            and store.get_order(ctx.customer_id, args.order_id) is None
-        ):
+        if args.order_id is not None and not invoices and store.get_order(ctx.customer_id, args.order_id) is None:
             raise not_found(args.order_id)
         return {"invoices": invoices}
 

@@ -81,8 +81,7 @@ def refund_tools(
             "status": "PENDING_APPROVAL",
             "approval_id": approval_id,
             **money,
-            "message": "Refunds of this size need a support lead's approval; the customer will be told "
-            "the outcome.",
+            "message": "Refunds of this size need a support lead's approval; the customer will be told the outcome.",
         }
         writer.reserve(request, approval_id, result)
         try:

@@ -1,0 +1,344 @@
+"""`LlmClient` for the Anthropic Messages API (or any server speaking it), on plain httpx.
+
+Why not the SDK: the Lambda layer stays small, and retries, timeouts and the breaker must follow
+the turn's `Deadline` (rule 4), which the SDK's own retry loop does not know about.
+
+Error mapping (DESIGN.md's table):
+
+* 429 / 529 / 408 / 5xx, connection errors and timeouts are retried (exponential backoff with full
+  jitter, or the server's `retry-after`), never sleeping past the deadline; when retries run out or
+  the next wait would cross the deadline → `ModelUnavailable` (503) with a `retry_after` for clients.
+* A spend / billing limit (a 4xx whose error says so) is not retried: resending will not help for a
+  long time, yet nothing is wrong with the request, so → `ModelUnavailable` with `retry_after=3600`.
+* Any other 4xx → `ModelError` (502), no retry: the same request would be refused again.
+* A 200 whose body is not a Messages API response (bad JSON, no `content`/`stop_reason`) →
+  retried, then `ModelUnavailable`: in practice that is a proxy or gateway fault, not our request.
+
+`cache_control` breakpoints (last tool, the system block, the newest message's last block) are put
+on deep copies per request; the caller's history is never changed, so they are never stored (rule 5).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import random as _random
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+from support_agent.llm.breaker import CircuitBreaker
+
+log = logging.getLogger(__name__)
+
+EPHEMERAL = {"type": "ephemeral"}
+RETRYABLE_STATUS = frozenset({408, 429, 529})
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 8.0
+DEFAULT_RETRY_AFTER = 5
+MAX_RETRY_AFTER = 60
+SPEND_LIMIT_RETRY_AFTER = 3600
+DEADLINE_MARGIN = 1.0
+WRITE_TIMEOUT = 10.0
+_SPEND_LIMIT = re.compile(r"spend|billing|credit|usage limit", re.IGNORECASE)
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+
+
+class _Retryable(Exception):
+    """One failed attempt that may succeed if repeated."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class AnthropicClient:
+    """One `create` = one Messages API call, with retries, per-attempt timeouts and a breaker.
+
+    `api_key` may be a callable so a key from Secrets Manager is fetched on first use, not at import.
+    `sleep`, `clock` and `random` are injectable so tests never wait. `last_retries` is the number
+    of retries the calling thread's most recent `create` made (observability only).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | Callable[[], str],
+        model: str,
+        max_tokens: int = 1024,
+        base_url: str = "https://api.anthropic.com",
+        anthropic_version: str = "2023-06-01",
+        connect_timeout: float = 3.0,
+        read_timeout: float = 25.0,
+        max_retries: int = 3,
+        breaker: CircuitBreaker | None = None,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        random: Callable[[], float] = _random.random,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.url = base_url.rstrip("/") + "/v1/messages"
+        self.anthropic_version = anthropic_version
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.max_retries = max_retries
+        self.breaker = breaker if breaker is not None else CircuitBreaker(clock=clock)
+        self._api_key = api_key
+        self._sleep = sleep
+        self._clock = clock
+        self._random = random
+        self._local = threading.local()
+        self._http = httpx.Client(transport=transport, follow_redirects=False)
+
+    @property
+    def last_retries(self) -> int:
+        return int(getattr(self._local, "retries", 0))
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- the protocol -------------------------------------------------------------------------
+
+    def create(
+        self,
+        system: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        tool_choice: dict[str, Any] | None = None,
+        *,
+        deadline: Deadline | None = None,
+    ) -> LlmResponse:
+        self._local.retries = 0
+        key = self._api_key() if callable(self._api_key) else self._api_key
+        if not key:
+            raise ModelError("model API key not configured")
+        content = encode_body(build_body(self.model, self.max_tokens, system, messages, tools, tool_choice))
+        headers = {
+            "x-api-key": key,
+            "anthropic-version": self.anthropic_version,
+            "content-type": "application/json",
+        }
+        self.breaker.allow()
+        attempts = [0]
+        try:
+            response = self._send(content, headers, key, deadline, attempts)
+        except ModelUnavailable:
+            if attempts[0]:
+                self.breaker.record_failure()
+            else:
+                self.breaker.release()
+            raise
+        except ModelError:
+            self.breaker.record_success()  # the provider answered; the request was at fault
+            raise
+        except BaseException:
+            self.breaker.release()
+            raise
+        self.breaker.record_success()
+        return response
+
+    # -- retries ------------------------------------------------------------------------------
+
+    def _send(
+        self,
+        content: bytes,
+        headers: dict[str, str],
+        key: str,
+        deadline: Deadline | None,
+        attempts: list[int],
+    ) -> LlmResponse:
+        retry = 0
+        while True:
+            if deadline is not None and deadline.remaining() <= 0:
+                raise ModelUnavailable(
+                    "turn deadline reached before the model answered", retry_after=DEFAULT_RETRY_AFTER
+                )
+            attempts[0] += 1
+            try:
+                return self._attempt(content, headers, key, deadline)
+            except _Retryable as fault:
+                wait = self._backoff(retry) if fault.retry_after is None else fault.retry_after
+                retry_after = _clamp_retry_after(fault.retry_after)
+                if retry >= self.max_retries:
+                    raise ModelUnavailable(
+                        f"model API unavailable ({fault.reason}) after {retry + 1} attempts",
+                        retry_after=retry_after,
+                    ) from None
+                if wait > MAX_RETRY_AFTER or (deadline is not None and wait + DEADLINE_MARGIN > deadline.remaining()):
+                    raise ModelUnavailable(
+                        f"model API unavailable ({fault.reason}); no time left to retry",
+                        retry_after=retry_after,
+                    ) from None
+                log.warning("model call failed (%s), retry %d in %.2fs", fault.reason, retry + 1, wait)
+                self._sleep(wait)
+                retry += 1
+                self._local.retries = retry
+
+    def _backoff(self, retry: int) -> float:
+        return self._random() * min(BACKOFF_CAP, BACKOFF_BASE * 2**retry)
+
+    def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
+        """Per attempt, so one attempt never outlives the turn (httpx's read timeout is per read)."""
+        limit = math.inf if deadline is None else max(0.01, deadline.remaining())
+        return httpx.Timeout(
+            connect=min(self.connect_timeout, limit),
+            read=min(self.read_timeout, limit),
+            write=min(WRITE_TIMEOUT, limit),
+            pool=min(self.connect_timeout, limit),
+        )
+
+    def _attempt(self, content: bytes, headers: dict[str, str], key: str, deadline: Deadline | None) -> LlmResponse:
+        try:
+            r = self._http.post(self.url, content=content, headers=headers, timeout=self._timeout(deadline))
+        except httpx.TransportError as exc:
+            raise _Retryable(type(exc).__name__) from None
+        if r.status_code == 200:
+            try:
+                return parse_response(r.json())
+            except ValueError as exc:
+                raise _Retryable(f"malformed response: {exc}") from None
+        err_type, err_message = _error_of(r)
+        reason = f"HTTP {r.status_code} {err_type}".rstrip()
+        if 400 <= r.status_code < 500 and (
+            err_type == "billing_error" or (err_type != "" and _SPEND_LIMIT.search(err_message))
+        ):
+            raise ModelUnavailable(f"model API spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER)
+        if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
+            raise _Retryable(reason, _retry_after_header(r))
+        detail = err_message.replace(key, "***")[:200] if key else err_message[:200]
+        raise ModelError(f"model API refused the request ({reason}): {detail}".rstrip(": "))
+
+
+# -- request and response, pure functions (tested directly) -----------------------------------
+
+
+def build_body(
+    model: str,
+    max_tokens: int,
+    system: str,
+    messages: list[Message],
+    tools: list[dict[str, Any]],
+    tool_choice: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The request body, with cache breakpoints on copies; the arguments are left untouched.
+
+    Any `cache_control` already on top-level blocks or tools is dropped from the copies so a request
+    never exceeds the API's four breakpoints. `tool_choice` is only sent along with tools.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}],
+        "messages": [_copy_message(m) for m in messages],
+    }
+    if tools:
+        body["tools"] = [_without_cache(t) for t in tools]
+        body["tools"][-1]["cache_control"] = dict(EPHEMERAL)
+        if tool_choice is not None:
+            body["tool_choice"] = copy.deepcopy(tool_choice)
+    if body["messages"]:
+        _mark_last_block(body["messages"][-1])
+    return body
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """Deterministic bytes: same input, same request, so the cached prefix matches byte for byte."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _without_cache(block: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(block)
+    out.pop("cache_control", None)
+    return out
+
+
+def _copy_message(message: Message) -> Message:
+    out = {k: copy.deepcopy(v) for k, v in message.items() if k != "content"}
+    content = message.get("content")
+    if isinstance(content, list):
+        out["content"] = [_without_cache(b) if isinstance(b, dict) else copy.deepcopy(b) for b in content]
+    else:
+        out["content"] = copy.deepcopy(content)
+    return out
+
+
+def _mark_last_block(message: Message) -> None:
+    content = message.get("content")
+    if isinstance(content, str):
+        if content:
+            message["content"] = [{"type": "text", "text": content, "cache_control": dict(EPHEMERAL)}]
+        return
+    if not isinstance(content, list):
+        return
+    for block in reversed(content):
+        if not isinstance(block, dict) or block.get("type") in _UNMARKABLE:
+            continue
+        if block.get("type") == "text" and not block.get("text"):
+            continue  # the API refuses cache_control on empty text
+        block["cache_control"] = dict(EPHEMERAL)
+        return
+
+
+def parse_response(data: Any) -> LlmResponse:
+    """An `LlmResponse` from a Messages API body; `ValueError` if it is not one."""
+    if not isinstance(data, dict):
+        raise ValueError("body is not an object")
+    content, stop_reason = data.get("content"), data.get("stop_reason")
+    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+        raise ValueError("no content list")
+    if not isinstance(stop_reason, str):
+        raise ValueError("no stop_reason")
+    raw = data.get("usage")
+    usage = raw if isinstance(raw, dict) else {}
+    return LlmResponse(
+        stop_reason=stop_reason,
+        content=content,
+        usage=Usage(
+            input_tokens=_int(usage.get("input_tokens")),
+            output_tokens=_int(usage.get("output_tokens")),
+            cache_read_input_tokens=_int(usage.get("cache_read_input_tokens")),
+            cache_creation_input_tokens=_int(usage.get("cache_creation_input_tokens")),
+        ),
+        model=str(data.get("model") or ""),
+    )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _error_of(r: httpx.Response) -> tuple[str, str]:
+    """(error type, message) from an Anthropic error body; empty strings if it is not one."""
+    try:
+        err = r.json().get("error")
+    except (ValueError, AttributeError):
+        return "", ""
+    if not isinstance(err, dict):
+        return "", ""
+    return str(err.get("type") or ""), str(err.get("message") or "")
+
+
+def _retry_after_header(r: httpx.Response) -> float | None:
+    try:
+        value = float(r.headers.get("retry-after", ""))
+    except ValueError:
+        return None  # absent, or an HTTP date: fall back to backoff
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _clamp_retry_after(seconds: float | None) -> int:
+    """The Retry-After we pass on to our clients: whole seconds, at least 1, at most a minute."""
+    if seconds is None:
+        return DEFAULT_RETRY_AFTER
+    return max(1, min(MAX_RETRY_AFTER, math.ceil(seconds)))
