@@ -55,9 +55,7 @@ def raw_token(header: dict[str, Any], claims: dict[str, Any], signature: bytes =
 def hs_raw(claims: dict[str, Any], alg: str = "HS256", key: bytes = SECRET.encode()) -> str:
     """Signs without pyjwt's encode-side checks, to build tokens a real signer would refuse to."""
     digest = {"HS256": hashlib.sha256, "HS384": hashlib.sha384, "HS512": hashlib.sha512}[alg]
-    signing_input = (
-        f"{b64(json.dumps({'alg': alg, 'typ': 'JWT'}).encode())}.{b64(json.dumps(claims).encode())}"
-    )
+    signing_input = f"{b64(json.dumps({'alg': alg, 'typ': 'JWT'}).encode())}.{b64(json.dumps(claims).encode())}"
     return f"{signing_input}.{b64(hmac.new(key, signing_input.encode(), digest).digest())}"
 
 
@@ -106,9 +104,7 @@ def test_missing_header(headers: dict[str, str] | None) -> None:
         hs_auth().authenticate(headers)
 
 
-@pytest.mark.parametrize(
-    "value", ["Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "Token abc.def.ghi", "abc.def.ghi"]
-)
+@pytest.mark.parametrize("value", ["Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "Token abc.def.ghi", "abc.def.ghi"])
 def test_non_bearer(value: str) -> None:
     assert_401(hs_auth(), {"authorization": value}, "missing bearer token")
 
@@ -143,9 +139,7 @@ def test_header_without_alg_rejected() -> None:
 
 @pytest.mark.parametrize("alg", ["HS384", "HS512"])
 def test_other_hs_algorithms_rejected(alg: str) -> None:
-    assert (
-        hs_auth().authenticate(bearer(hs_raw(good_claims()))).customer_id == 7
-    )  # the helper signs correctly
+    assert hs_auth().authenticate(bearer(hs_raw(good_claims()))).customer_id == 7  # the helper signs correctly
     assert_401(hs_auth(), bearer(hs_raw(good_claims(), alg)))
 
 
@@ -167,9 +161,7 @@ def test_rs256_token_rejected_in_hs_mode(rsa_key: rsa.RSAPrivateKey) -> None:
 
 def test_hs_rs_confusion_public_key_as_hmac_secret(rsa_key: rsa.RSAPrivateKey) -> None:
     """The classic attack: HS256 signed with the issuer's public RSA key, hoping it is used as the secret."""
-    pem = rsa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    pem = rsa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     header = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "rsa-1"}).encode())
     payload = b64(json.dumps(good_claims()).encode())
     signature = hmac.new(pem, f"{header}.{payload}".encode(), hashlib.sha256).digest()
@@ -243,9 +235,7 @@ def test_issuer_list_claim_rejected() -> None:
     assert_401(hs_auth(), bearer(hs_raw(good_claims(iss=[ISS]))))
 
 
-@pytest.mark.parametrize(
-    "audience", ["support-agent-evil", "support-agen", "upport-agent", "SUPPORT-AGENT", "s"]
-)
+@pytest.mark.parametrize("audience", ["support-agent-evil", "support-agen", "upport-agent", "SUPPORT-AGENT", "s"])
 def test_audience_must_match_exactly(audience: str) -> None:
     assert_401(hs_auth(), bearer(customer_token(audience=audience)))
 
@@ -365,15 +355,9 @@ def test_mint_token_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
     main(["--secret", SECRET])
     lines = dict(line.split("=", 1) for line in capsys.readouterr().out.strip().splitlines())
     authenticator = hs_auth()
-    assert authenticator.authenticate(bearer(lines["CUSTOMER_7_TOKEN"])) == Principal(
-        "customer-7", "customer", 7
-    )
-    assert authenticator.authenticate(bearer(lines["CUSTOMER_8_TOKEN"])) == Principal(
-        "customer-8", "customer", 8
-    )
-    assert authenticator.authenticate(bearer(lines["LEAD_TOKEN"])) == Principal(
-        "lead-1", "support_lead", None
-    )
+    assert authenticator.authenticate(bearer(lines["CUSTOMER_7_TOKEN"])) == Principal("customer-7", "customer", 7)
+    assert authenticator.authenticate(bearer(lines["CUSTOMER_8_TOKEN"])) == Principal("customer-8", "customer", 8)
+    assert authenticator.authenticate(bearer(lines["LEAD_TOKEN"])) == Principal("lead-1", "support_lead", None)
 
 
 # --- JWKS ------------------------------------------------------------------------------------------------
@@ -464,9 +448,7 @@ def test_no_network_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == ["https://issuer.example/jwks.json"]  # one attempt: the kid refetch is rate-limited
 
 
-def test_injected_pyjwkclient_is_used_as_fetcher(
-    rsa_key: rsa.RSAPrivateKey, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_injected_pyjwkclient_is_used_as_fetcher(rsa_key: rsa.RSAPrivateKey, monkeypatch: pytest.MonkeyPatch) -> None:
     client = jwt.PyJWKClient("https://issuer.example/jwks.json")
     monkeypatch.setattr(client, "fetch_data", lambda: jwks_of(rsa_key))
     authenticator = Authenticator(
@@ -491,24 +473,17 @@ def test_jwks_hs_key_in_set_is_never_used() -> None:
     secret = b"a-symmetric-key-published-in-a-jwks!!"
     fetch = Fetcher({"keys": [{"kty": "oct", "kid": "hs", "k": b64(secret)}]})
     authenticator = jwks_auth(fetch)
-    assert_401(
-        authenticator, bearer(jwt.encode(good_claims(), secret, algorithm="HS256", headers={"kid": "hs"}))
-    )
+    assert_401(authenticator, bearer(jwt.encode(good_claims(), secret, algorithm="HS256", headers={"kid": "hs"})))
 
 
 def test_jwks_checks_claims_too(rsa_key: rsa.RSAPrivateKey) -> None:
     authenticator = jwks_auth(Fetcher(jwks_of(rsa_key)))
     assert_401(authenticator, bearer(signed(rsa_key, "RS256", "rsa-1", iss="support-agent-local-evil")))
-    assert_401(
-        authenticator, bearer(signed(rsa_key, "RS256", "rsa-1", exp=int(time.time()) - 3600)), "token expired"
-    )
+    assert_401(authenticator, bearer(signed(rsa_key, "RS256", "rsa-1", exp=int(time.time()) - 3600)), "token expired")
 
 
 def test_jwks_token_without_kid(rsa_key: rsa.RSAPrivateKey, ec_key: ec.EllipticCurvePrivateKey) -> None:
-    assert (
-        jwks_auth(Fetcher(jwks_of(rsa_key))).authenticate(bearer(signed(rsa_key, "RS256", None))).customer_id
-        == 7
-    )
+    assert jwks_auth(Fetcher(jwks_of(rsa_key))).authenticate(bearer(signed(rsa_key, "RS256", None))).customer_id == 7
     second_rsa = {"keys": [jwk_of(rsa_key, "a"), jwk_of(rsa.generate_private_key(65537, 2048), "b")]}
     assert_401(jwks_auth(Fetcher(second_rsa)), bearer(signed(rsa_key, "RS256", None)))  # ambiguous
 
@@ -581,9 +556,7 @@ def test_unknown_kid_refetch_is_bounded(rsa_key: rsa.RSAPrivateKey) -> None:
     assert authenticator.authenticate(bearer(signed(rsa_key, "RS256", "rsa-1"))).customer_id == 7
 
 
-def test_rotated_in_key_found_by_refetch(
-    rsa_key: rsa.RSAPrivateKey, ec_key: ec.EllipticCurvePrivateKey
-) -> None:
+def test_rotated_in_key_found_by_refetch(rsa_key: rsa.RSAPrivateKey, ec_key: ec.EllipticCurvePrivateKey) -> None:
     fetch, clock = Fetcher(jwks_of(rsa_key)), Clock()
     authenticator = jwks_auth(fetch, clock)
     authenticator.authenticate(bearer(signed(rsa_key, "RS256", "rsa-1")))

@@ -60,12 +60,16 @@ def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs
     )
 
 
+# Tests route the real AnthropicClient through an in-process transport instead of the network.
+LLM_TRANSPORT: Any = None
+
+
 @lru_cache(maxsize=1)
 def chat_services() -> ChatServices:
     from support_agent.llm.factory import llm_client_from_settings
 
     settings = get_settings()
-    return build_chat_services(settings, llm_client_from_settings(settings))
+    return build_chat_services(settings, llm_client_from_settings(settings, transport=LLM_TRANSPORT))
 
 
 def reset() -> None:

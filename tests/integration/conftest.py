@@ -1,0 +1,136 @@
+"""The template deployed into moto once per module, and the chat handler driven by API Gateway v2 events."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from moto import mock_aws
+
+from devstack.seed import seed
+from devstack.stack import Stack, deploy
+from devstack.tokens import mint_token
+from support_agent import wiring
+from tests.support.scripted import ScriptedModel
+from tests.support.transport import scripted_transport
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = ROOT / "events"
+SECRET = "integration-test-secret-0123456789abcdef"
+BASE_ENV = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "ANTHROPIC_API_KEY": "sk-test-not-a-real-key",
+    "LLM_MAX_RETRIES": "1",
+    "TRANSPARENCY": "verbose",
+}
+
+
+def load_handler(stack: Stack, logical_id: str) -> Any:
+    code_dir, handler = stack.function_handler(logical_id)
+    module_name, func = handler.rsplit(".", 1)
+    spec = importlib.util.spec_from_file_location(f"fn_{logical_id}", code_dir / f"{module_name}.py")
+    assert spec and spec.loader
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, func)
+
+
+@dataclass
+class Api:
+    stack: Stack
+    model: ScriptedModel
+    handlers: dict[str, Any] = field(default_factory=dict)
+    counter: int = 0
+
+    def token(self, sub: str = "customer-7", role: str = "customer", customer_id: int | None = 7, **kw: Any) -> str:
+        return mint_token(sub, role, customer_id, secret=SECRET, **kw)
+
+    def lead(self) -> str:
+        return self.token("lead-1", "support_lead", None)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = "default",
+        raw_body: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, dict[str, str]]:
+        route = next((r for r in self.stack.routes if r.method == method and _matches(r.path, path)), None)
+        function = route.function if route else "ChatFunction"  # unknown routes: any handler must 404
+        event = json.loads((EVENTS / "chat.json").read_text())
+        self.counter += 1
+        event["routeKey"] = f"{method} {route.path if route else path}"
+        event["rawPath"] = path.split("?")[0]
+        query = path.split("?", 1)[1] if "?" in path else ""
+        event["rawQueryString"] = query
+        event.pop("queryStringParameters", None)
+        if query:
+            event["queryStringParameters"] = dict(kv.split("=", 1) for kv in query.split("&"))
+        event["requestContext"]["http"]["method"] = method
+        event["requestContext"]["http"]["path"] = event["rawPath"]
+        event["requestContext"]["requestId"] = f"it-{self.counter}"
+        event["headers"] = {"content-type": "application/json", **(headers or {})}
+        if token == "default":
+            token = self.token()
+        if token:
+            event["headers"]["authorization"] = f"Bearer {token}"
+        event.pop("body", None)
+        if raw_body is not None:
+            event["body"] = raw_body
+        elif body is not None:
+            event["body"] = json.dumps(body)
+        if route and "{" in route.path:
+            event["pathParameters"] = _params(route.path, event["rawPath"])
+        if function not in self.handlers:
+            self.handlers[function] = load_handler(self.stack, function)
+        handler = self.handlers[function]
+        out = handler(copy.deepcopy(event), None)
+        return out["statusCode"], json.loads(out["body"]) if out.get("body") else None, out.get("headers", {})
+
+
+def _matches(template: str, path: str) -> bool:
+    a, b = template.split("/"), path.split("?")[0].split("/")
+    return len(a) == len(b) and all(x == y or x.startswith("{") for x, y in zip(a, b, strict=True))
+
+
+def _params(template: str, path: str) -> dict[str, str]:
+    return {x[1:-1]: y for x, y in zip(template.split("/"), path.split("/"), strict=True) if x.startswith("{")}
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    saved = dict(os.environ)
+    os.environ.update(BASE_ENV)
+    with mock_aws():
+        deployed = deploy({"JwtSecret": SECRET, "Transparency": "verbose"})
+        env = deployed.function_env("ChatFunction")
+        os.environ.update(env)
+        import boto3
+
+        seed(boto3.client("dynamodb"), env["CUSTOMER_DATA_TABLE"])
+        yield deployed
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def api(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    for key, value in {**BASE_ENV, **stack.function_env("ChatFunction")}.items():
+        monkeypatch.setenv(key, value)
+    model = ScriptedModel()
+    monkeypatch.setattr(wiring, "LLM_TRANSPORT", scripted_transport(model))
+    wiring.reset()
+    yield Api(stack, model)
+    wiring.reset()

@@ -1,0 +1,413 @@
+"""template.yaml: lint, the shape DESIGN.md asks for, and least privilege checked statically (rule 7).
+
+The IAM check works on the template as samtranslator translates it, i.e. on the roles AWS will
+create: every statement of every function role is expanded into (action, target) pairs, and the
+set must EQUAL the one allowed below. Adding a permission anywhere fails this test until the
+allowed set here is changed too, in review.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cfnlint
+import pytest
+from cfnlint.api import lint_file
+
+from devstack.stack import REPO_ROOT, TEMPLATE_PATH, http_routes, load_template, translate
+
+Pair = tuple[str, str]  # (iam action, target) where target is a logical id, "<id>/index/<name>" or "param:<name>"
+
+
+@pytest.fixture(scope="module")
+def sam() -> dict[str, Any]:
+    return load_template()
+
+
+@pytest.fixture(scope="module")
+def cfn(sam: dict[str, Any]) -> dict[str, Any]:
+    return translate(sam)
+
+
+def resources_of_type(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_}
+
+
+# ------------------------------------------------------------------ lint and basics
+
+
+def test_cfn_lint_is_clean() -> None:
+    matches = lint_file(TEMPLATE_PATH)
+    assert [str(m) for m in matches] == []
+
+
+def test_python_runtime_and_architecture(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    assert sam["Parameters"]["Architecture"]["Default"] == "arm64"
+    assert sam["Parameters"]["Architecture"]["AllowedValues"] == ["arm64", "x86_64"]
+    functions = resources_of_type(cfn, "AWS::Lambda::Function")
+    assert functions
+    for name, fn in functions.items():
+        runtime = fn["Properties"]["Runtime"]
+        match = re.fullmatch(r"python3\.(\d+)", runtime)
+        assert match and int(match.group(1)) >= 12, f"{name}: {runtime}"
+        assert fn["Properties"]["Architectures"] == [{"Ref": "Architecture"}], name
+        assert fn["Properties"]["TracingConfig"] == {"Mode": "Active"}, name
+        assert fn["Properties"]["Layers"] == [{"Ref": _layer_id(cfn)}], name
+
+
+def _layer_id(cfn: dict[str, Any]) -> str:
+    (layer_id,) = resources_of_type(cfn, "AWS::Lambda::LayerVersion")
+    return layer_id
+
+
+def test_layer_builds_for_the_runtime_and_architecture(sam: dict[str, Any]) -> None:
+    layer = sam["Resources"]["CommonLayer"]
+    runtime = sam["Globals"]["Function"]["Runtime"]
+    assert layer["Properties"]["ContentUri"] == "layers/common/"
+    assert layer["Properties"]["CompatibleRuntimes"] == [runtime]
+    assert layer["Metadata"]["BuildMethod"] == runtime
+    # sam build does not resolve parameters in Metadata: the layer's wheels (pydantic-core,
+    # cryptography) must be built for the default architecture.
+    assert layer["Metadata"]["BuildArchitecture"] == sam["Parameters"]["Architecture"]["Default"]
+
+
+def test_layer_requirements_mirror_the_project_dependencies() -> None:
+    def names(specs: list[str]) -> set[str]:
+        return {re.split(r"[\[<>=!~ ;]", s.strip(), maxsplit=1)[0].lower() for s in specs}
+
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    lines = (REPO_ROOT / "layers/common/requirements.txt").read_text().splitlines()
+    layer = [line for line in lines if line.strip() and not line.startswith("#")]
+    # boto3 ships with the Lambda runtime.
+    assert names(layer) == names(pyproject["project"]["dependencies"]) - {"boto3"}
+
+
+def test_chat_function(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    fn = cfn["Resources"]["ChatFunction"]["Properties"]
+    assert fn["Timeout"] <= 29  # API Gateway's integration limit (rule 4)
+    assert fn["Handler"] == "app.handler"
+    assert sam["Resources"]["ChatFunction"]["Properties"]["CodeUri"] == "functions/chat/"
+    env = fn["Environment"]["Variables"]
+    assert {
+        "CONVERSATIONS_TABLE": {"Ref": "ConversationsTable"},
+        "CUSTOMER_DATA_TABLE": {"Ref": "CustomerDataTable"},
+        "APPROVALS_TABLE": {"Ref": "ApprovalsTable"},
+        "AUDIT_TABLE": {"Ref": "AuditTable"},
+        "APPROVAL_QUEUE_URL": {"Ref": "ApprovalQueue"},
+        "MODEL_ID": {"Ref": "ModelId"},
+        "ANTHROPIC_BASE_URL": {"Ref": "AnthropicBaseUrl"},
+        "ANTHROPIC_API_KEY_SECRET_ARN": {"Ref": "AnthropicApiKeySecretArn"},
+        "REFUND_THRESHOLD_CENTS": {"Ref": "RefundThresholdCents"},
+        "MAX_ITERATIONS": {"Ref": "MaxIterations"},
+        "JWT_ISSUER": {"Ref": "JwtIssuer"},
+        "JWT_AUDIENCE": {"Ref": "JwtAudience"},
+        "JWT_JWKS_URL": {"Ref": "JwtJwksUrl"},
+        "JWT_SECRET": {"Ref": "JwtSecret"},
+        "TRANSPARENCY": {"Ref": "Transparency"},
+        "POWERTOOLS_SERVICE_NAME": "chat",
+    }.items() <= env.items()
+
+
+def test_parameters(sam: dict[str, Any]) -> None:
+    params = sam["Parameters"]
+    defaults = {name: p.get("Default") for name, p in params.items()}
+    assert {
+        "ModelId": "claude-sonnet-4-5",
+        "AnthropicBaseUrl": "https://api.anthropic.com",
+        "AnthropicApiKeySecretArn": "",
+        "RefundThresholdCents": 5000,
+        "MaxIterations": 8,
+        "JwtIssuer": "support-agent-local",
+        "JwtAudience": "support-agent",
+        "JwtJwksUrl": "",
+        "JwtSecret": "",
+        "Transparency": "quiet",
+    }.items() <= defaults.items()
+    assert params["JwtSecret"]["NoEcho"] is True
+    assert params["Transparency"]["AllowedValues"] == ["verbose", "quiet"]
+
+
+def test_routes_and_api(sam: dict[str, Any]) -> None:
+    routes = {(r.method, r.path, r.function) for r in http_routes(sam)}
+    assert {
+        ("POST", "/api/chat", "ChatFunction"),
+        ("GET", "/api/conversations", "ChatFunction"),
+        ("GET", "/api/conversations/{id}", "ChatFunction"),
+        ("GET", "/api/health", "ChatFunction"),
+    } <= routes
+    for event in sam["Resources"]["ChatFunction"]["Properties"]["Events"].values():
+        assert event["Properties"]["ApiId"] == {"Ref": "HttpApi"}  # throttled, CORS-configured API
+    api = sam["Resources"]["HttpApi"]["Properties"]
+    assert api["DefaultRouteSettings"]["ThrottlingBurstLimit"]
+    assert api["DefaultRouteSettings"]["ThrottlingRateLimit"]
+    assert api["CorsConfiguration"]["AllowOrigins"] == {"Ref": "AllowedOrigins"}
+
+
+# ------------------------------------------------------------------ data (DESIGN.md, "Data")
+
+TABLES: dict[str, dict[str, Any]] = {
+    "ConversationsTable": {
+        "keys": [("conversation_id", "S", "HASH"), ("seq", "N", "RANGE")],
+        "indexes": {"by_customer": [("customer_id", "N", "HASH"), ("updated_at", "S", "RANGE")]},
+    },
+    "CustomerDataTable": {
+        "keys": [("customer_id", "N", "HASH"), ("sk", "S", "RANGE")],
+        "indexes": {},
+    },
+    "ApprovalsTable": {
+        "keys": [("approval_id", "S", "HASH")],
+        "indexes": {"by_status": [("status", "S", "HASH"), ("created_at", "S", "RANGE")]},
+    },
+    "AuditTable": {
+        "keys": [("stream", "S", "HASH"), ("event_id", "S", "RANGE")],
+        "indexes": {"by_customer": [("customer_id", "N", "HASH"), ("event_id", "S", "RANGE")]},
+    },
+}
+
+
+def test_exactly_the_designed_tables(cfn: dict[str, Any]) -> None:
+    assert set(resources_of_type(cfn, "AWS::DynamoDB::Table")) == set(TABLES)
+
+
+@pytest.mark.parametrize("table_id", sorted(TABLES))
+def test_table(cfn: dict[str, Any], table_id: str) -> None:
+    props = cfn["Resources"][table_id]["Properties"]
+    expected = TABLES[table_id]
+    types = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
+
+    def schema(key_schema: list[dict[str, str]]) -> list[tuple[str, str, str]]:
+        return [(k["AttributeName"], types[k["AttributeName"]], k["KeyType"]) for k in key_schema]
+
+    assert schema(props["KeySchema"]) == expected["keys"]
+    indexes = {g["IndexName"]: g for g in props.get("GlobalSecondaryIndexes", [])}
+    assert set(indexes) == set(expected["indexes"])
+    for name, keys in expected["indexes"].items():
+        assert schema(indexes[name]["KeySchema"]) == keys
+        assert indexes[name]["Projection"] == {"ProjectionType": "ALL"}
+    assert "LocalSecondaryIndexes" not in props
+    # Every attribute defined is used by a key (CloudFormation rejects the rest anyway).
+    used = {k for k, _, _ in expected["keys"]} | {k for ks in expected["indexes"].values() for k, _, _ in ks}
+    assert set(types) == used
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+def test_audit_table_is_append_only_and_kept(cfn: dict[str, Any]) -> None:
+    audit = cfn["Resources"]["AuditTable"]
+    assert "TimeToLiveSpecification" not in audit["Properties"]
+    assert audit["DeletionPolicy"] == "Retain"
+    assert audit["UpdateReplacePolicy"] == "Retain"
+
+
+def test_approval_queue_has_a_dead_letter_queue(cfn: dict[str, Any]) -> None:
+    queue = cfn["Resources"]["ApprovalQueue"]["Properties"]
+    dlq = cfn["Resources"]["ApprovalDLQ"]["Properties"]
+    assert queue["VisibilityTimeout"] == 180
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": ["ApprovalDLQ", "Arn"]},
+        "maxReceiveCount": 5,
+    }
+    assert queue["SqsManagedSseEnabled"] is True
+    assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
+    assert dlq["SqsManagedSseEnabled"] is True
+
+
+def test_outputs(sam: dict[str, Any]) -> None:
+    assert {
+        "ApiUrl",
+        "ConversationsTableName",
+        "CustomerDataTableName",
+        "ApprovalsTableName",
+        "AuditTableName",
+        "ApprovalQueueUrl",
+        "ApprovalDLQUrl",
+    } <= set(sam["Outputs"])
+
+
+# ------------------------------------------------------------------ least privilege (rules 6, 7)
+
+_DDB_RW = ("GetItem", "Query", "PutItem", "UpdateItem", "ConditionCheckItem")
+
+ALLOWED: dict[str, set[Pair]] = {
+    "ChatFunction": {
+        *{(f"dynamodb:{a}", "ConversationsTable") for a in _DDB_RW},
+        ("dynamodb:Query", "ConversationsTable/index/by_customer"),
+        *{(f"dynamodb:{a}", "CustomerDataTable") for a in _DDB_RW},
+        *{(f"dynamodb:{a}", "ApprovalsTable") for a in ("GetItem", "PutItem", "ConditionCheckItem")},
+        ("dynamodb:PutItem", "AuditTable"),
+        ("sqs:SendMessage", "ApprovalQueue"),
+        # Only when the parameter is set (Fn::If on HasAnthropicApiKeySecret, checked below).
+        ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
+    },
+}
+# What SAM attaches for logs and Tracing: Active; nothing else may be attached.
+ALLOWED_MANAGED = {
+    "ChatFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+}
+
+
+def _known_iam_actions() -> dict[str, set[str]]:
+    """service prefix -> lower-case action names, from cfn-lint's copy of the IAM action reference."""
+    path = Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json"
+    data = json.loads(path.read_text())
+    return {service: {a.lower() for a in spec["Actions"]} for service, spec in data.items()}
+
+
+KNOWN_ACTIONS = _known_iam_actions()
+
+
+def is_iam_action(action: str) -> bool:
+    service, _, name = action.partition(":")
+    return name.lower() in KNOWN_ACTIONS.get(service, set())
+
+
+def _target(resource: Any, parameters: set[str]) -> str:
+    """A statement's Resource as a logical target, or fail on a form this evaluator doesn't know."""
+    if isinstance(resource, str):
+        return resource
+    if set(resource) == {"Fn::GetAtt"} and resource["Fn::GetAtt"][1] == "Arn":
+        return str(resource["Fn::GetAtt"][0])
+    if set(resource) == {"Ref"}:
+        name = resource["Ref"]
+        return f"param:{name}" if name in parameters else f"ref:{name}"
+    if set(resource) == {"Fn::Sub"} and isinstance(resource["Fn::Sub"], str):
+        m = re.fullmatch(r"\$\{(\w+)\.Arn\}(/.*)?", resource["Fn::Sub"])
+        if m:
+            return m.group(1) + (m.group(2) or "")
+    raise AssertionError(f"resource form the IAM evaluator does not understand: {resource!r}")
+
+
+def _statements(node: Any) -> Iterator[dict[str, Any]]:
+    """Statements of a Statement list, taking BOTH branches of Fn::If (the widest grant)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _statements(item)
+    elif isinstance(node, dict) and set(node) == {"Fn::If"}:
+        _, if_true, if_false = node["Fn::If"]
+        yield from _statements(if_true)
+        yield from _statements(if_false)
+    elif isinstance(node, dict) and node != {"Ref": "AWS::NoValue"}:
+        yield node
+
+
+def _role_documents(cfn: dict[str, Any], role_id: str) -> Iterator[dict[str, Any]]:
+    role = cfn["Resources"][role_id]["Properties"]
+    for policy in role.get("Policies", []):
+        yield policy["PolicyDocument"]
+    for resource in cfn["Resources"].values():  # stand-alone policies attached to the role
+        is_policy = resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+        if is_policy and {"Ref": role_id} in resource["Properties"].get("Roles", []):
+            yield resource["Properties"]["PolicyDocument"]
+
+
+def granted_pairs(cfn: dict[str, Any], function_id: str) -> set[Pair]:
+    """Every (action, target) the function's role allows, Fn::If expanded to both branches."""
+    role_id = cfn["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+    parameters = set(cfn.get("Parameters", {}))
+    pairs: set[Pair] = set()
+    for document in _role_documents(cfn, role_id):
+        for statement in _statements(document["Statement"]):
+            assert statement["Effect"] in ("Allow", "Deny")
+            assert not {"NotAction", "NotResource", "NotPrincipal"} & set(statement), statement
+            if statement["Effect"] == "Deny":
+                continue
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            targets = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            pairs |= {(a, _target(r, parameters)) for a in actions for r in targets}
+    return pairs
+
+
+def _function_ids(cfn: dict[str, Any]) -> list[str]:
+    return sorted(resources_of_type(cfn, "AWS::Lambda::Function"))
+
+
+def test_every_function_has_an_allowed_set(cfn: dict[str, Any]) -> None:
+    assert _function_ids(cfn) == sorted(ALLOWED)
+
+
+@pytest.mark.parametrize("function_id", sorted(ALLOWED))
+def test_role_grants_exactly_the_allowed_pairs(cfn: dict[str, Any], function_id: str) -> None:
+    granted = granted_pairs(cfn, function_id)
+    assert granted - ALLOWED[function_id] == set(), "granted beyond the allowed set"
+    assert ALLOWED[function_id] - granted == set(), "allowed set names pairs the role lacks"
+
+
+@pytest.mark.parametrize("function_id", sorted(ALLOWED))
+def test_role_trust_and_managed_policies(cfn: dict[str, Any], function_id: str) -> None:
+    role_id = cfn["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+    role = cfn["Resources"][role_id]["Properties"]
+    assert set(role.get("ManagedPolicyArns", [])) == ALLOWED_MANAGED[function_id]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Effect"] == "Allow"
+    assert trust["Principal"] == {"Service": ["lambda.amazonaws.com"]}
+    assert trust["Action"] == ["sts:AssumeRole"]
+
+
+def test_role_statements_have_a_policy_version(cfn: dict[str, Any]) -> None:
+    for function_id in _function_ids(cfn):
+        role_id = cfn["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+        for document in _role_documents(cfn, role_id):
+            assert document["Version"] == "2012-10-17"
+
+
+@pytest.mark.parametrize("function_id", sorted(ALLOWED))
+def test_forbidden_grants(cfn: dict[str, Any], function_id: str) -> None:
+    granted = granted_pairs(cfn, function_id)
+    for action, target in granted:
+        assert "*" not in action and "*" not in target, (action, target)
+        assert is_iam_action(action), f"{action} is not an IAM action"
+        assert action not in {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
+        if target.startswith("AuditTable"):
+            assert action == "dynamodb:PutItem", "audit rows are append-only (rule 6)"
+    for forbidden in ("UpdateItem", "DeleteItem", "BatchWriteItem"):
+        assert (f"dynamodb:{forbidden}", "AuditTable") not in granted
+
+
+def test_the_action_list_knows_what_is_and_is_not_an_iam_action() -> None:
+    assert is_iam_action("dynamodb:ConditionCheckItem")
+    assert is_iam_action("sqs:SendMessage")
+    assert is_iam_action("secretsmanager:GetSecretValue")
+    # The TransactWriteItems API is authorised per item as PutItem/UpdateItem/ConditionCheckItem.
+    assert not is_iam_action("dynamodb:TransactWriteItems")
+    assert not is_iam_action("dynamodb:PutItems")
+
+
+def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> None:
+    assert cfn["Conditions"]["HasAnthropicApiKeySecret"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AnthropicApiKeySecretArn"}, ""]}]
+    }
+    role_id = cfn["Resources"]["ChatFunction"]["Properties"]["Role"]["Fn::GetAtt"][0]
+    raw = [s for doc in _role_documents(cfn, role_id) for s in doc["Statement"]]
+    secret = [s for s in raw if "secretsmanager" in json.dumps(s)]
+    assert len(secret) == 1
+    condition, if_true, if_false = secret[0]["Fn::If"]
+    assert condition == "HasAnthropicApiKeySecret"
+    assert if_true["Resource"] == {"Ref": "AnthropicApiKeySecretArn"}
+    assert if_false == {"Ref": "AWS::NoValue"}
+
+
+def test_the_evaluator_catches_an_added_permission(sam: dict[str, Any]) -> None:
+    widened = copy.deepcopy(sam)
+    policies = widened["Resources"]["ChatFunction"]["Properties"]["Policies"]
+    policies[0]["Statement"].append(
+        {"Effect": "Allow", "Action": "dynamodb:UpdateItem", "Resource": {"Fn::GetAtt": ["AuditTable", "Arn"]}}
+    )
+    granted = granted_pairs(translate(widened), "ChatFunction")
+    assert granted - ALLOWED["ChatFunction"] == {("dynamodb:UpdateItem", "AuditTable")}
+
+
+def test_no_broad_sam_policy_templates(sam: dict[str, Any]) -> None:
+    for name, resource in sam["Resources"].items():
+        if resource["Type"] == "AWS::Serverless::Function":
+            for policy in resource["Properties"].get("Policies", []):
+                assert isinstance(policy, dict) and "Statement" in policy, f"{name}: {policy!r}"
