@@ -162,7 +162,10 @@ TABLES: dict[str, dict[str, Any]] = {
     },
     "ApprovalsTable": {
         "keys": [("approval_id", "S", "HASH")],
-        "indexes": {"by_status": [("status", "S", "HASH"), ("created_at", "S", "RANGE")]},
+        "indexes": {
+            "by_status": [("status", "S", "HASH"), ("created_at", "S", "RANGE")],
+            "by_created": [("entity", "S", "HASH"), ("created_at", "S", "RANGE")],
+        },
     },
     "AuditTable": {
         "keys": [("stream", "S", "HASH"), ("event_id", "S", "RANGE")],

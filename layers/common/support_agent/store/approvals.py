@@ -1,18 +1,226 @@
-"""The Approvals table: one item per refund that waits for a support lead."""
+"""The Approvals table: one item per refund that waits for a support lead.
+
+State changes are conditional on the current state, so a decision races safely: two leads, a
+double click, the sweep and a replayed message each either win or see the state that did.
+Every change that frees money is one transaction with the order update and its audit row.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from support_agent.store.dynamo import DynamoDBClient, from_item, to_item
+from botocore.exceptions import ClientError
+
+from support_agent.store.audit import AuditRecord
+from support_agent.store.customer_data import order_key
+from support_agent.store.dynamo import (
+    DynamoDBClient,
+    cancellation_codes,
+    error_code,
+    from_item,
+    is_conditional_failure,
+    to_item,
+    to_values,
+)
+
+STATUSES = ("PENDING", "APPROVED", "REFUNDED", "FAILED", "REJECTED", "EXPIRED", "RELEASED")
+# Every approval carries entity=APPROVAL so one index lists them all, newest first.
+ENTITY = "APPROVAL"
+
+
+class StateConflict(Exception):
+    """The approval is not in the state the change needs; ``current`` is what it is."""
+
+    def __init__(self, current: dict[str, Any] | None) -> None:
+        super().__init__("approval state conflict")
+        self.current = current
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    next_key: dict[str, Any] | None
 
 
 class ApprovalStore:
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(self, client: DynamoDBClient, table: str, customer_table: str = "", audit_table: str = "") -> None:
         self._db = client
         self.table = table
+        self._customers = customer_table
+        self._audit = audit_table
+
+    def _key(self, approval_id: str) -> dict[str, Any]:
+        return to_item({"approval_id": approval_id})
 
     def get(self, approval_id: str) -> dict[str, Any] | None:
-        out = self._db.get_item(TableName=self.table, Key=to_item({"approval_id": approval_id}), ConsistentRead=True)
+        out = self._db.get_item(TableName=self.table, Key=self._key(approval_id), ConsistentRead=True)
         item = out.get("Item")
         return from_item(item) if item else None
+
+    def list(self, status: str | None, limit: int = 25, start_key: dict[str, Any] | None = None) -> Page:
+        """Newest first: by_status for one status, by_created for all."""
+        kwargs: dict[str, Any] = {"TableName": self.table, "ScanIndexForward": False, "Limit": limit}
+        if status:
+            kwargs.update(
+                IndexName="by_status",
+                KeyConditionExpression="#st = :s",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=to_values({":s": status}),
+            )
+        else:
+            kwargs.update(
+                IndexName="by_created",
+                KeyConditionExpression="entity = :e",
+                ExpressionAttributeValues=to_values({":e": ENTITY}),
+            )
+        if start_key:
+            kwargs["ExclusiveStartKey"] = start_key
+        out = self._db.query(**kwargs)
+        return Page([from_item(i) for i in out.get("Items", [])], out.get("LastEvaluatedKey"))
+
+    def _transition(
+        self,
+        approval_id: str,
+        from_status: str,
+        to_status: str,
+        sets: dict[str, Any],
+    ) -> dict[str, Any]:
+        names = {"#st": "status"}
+        values = {":from": from_status, ":to": to_status}
+        assignments = ["#st = :to"]
+        for i, (field, value) in enumerate(sets.items()):
+            names[f"#f{i}"] = field
+            values[f":v{i}"] = value
+            assignments.append(f"#f{i} = :v{i}")
+        update = "SET " + ", ".join(assignments)
+        try:
+            out = self._db.update_item(
+                TableName=self.table,
+                Key=self._key(approval_id),
+                UpdateExpression=update,
+                ConditionExpression="#st = :from",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=to_values(values),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            old = exc.response.get("Item")
+            raise StateConflict(from_item(old) if old else None) from None  # type: ignore[arg-type]
+        return from_item(out["Attributes"])
+
+    def approve(self, approval_id: str, lead: str, now: str) -> dict[str, Any]:
+        """PENDING → APPROVED, recording who and when. The refund itself is RefundFlow's job."""
+        return self._transition(approval_id, "PENDING", "APPROVED", {"decided_by": lead, "decided_at": now})
+
+    def mark_retry(self, approval_id: str, lead: str, now: str) -> dict[str, Any]:
+        """FAILED → APPROVED again, counting retries (the retry execution is ``<id>-r<n>``)."""
+        try:
+            out = self._db.update_item(
+                TableName=self.table,
+                Key=self._key(approval_id),
+                UpdateExpression="SET #st = :to, retried_by = :lead, retried_at = :now ADD retries :one",
+                ConditionExpression="#st = :from",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=to_values(
+                    {":to": "APPROVED", ":from": "FAILED", ":lead": lead, ":now": now, ":one": 1}
+                ),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            old = exc.response.get("Item")
+            raise StateConflict(from_item(old) if old else None) from None  # type: ignore[arg-type]
+        return from_item(out["Attributes"])
+
+    def claim_notification(self, approval_id: str, now: str) -> bool:
+        """Set notified_at once; False when already notified (or no longer pending)."""
+        try:
+            self._db.update_item(
+                TableName=self.table,
+                Key=self._key(approval_id),
+                UpdateExpression="SET notified_at = :now",
+                ConditionExpression="attribute_exists(approval_id) AND attribute_not_exists(notified_at)",
+                ExpressionAttributeValues=to_values({":now": now}),
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def release(
+        self,
+        approval_id: str,
+        from_status: str,
+        to_status: str,
+        actor: str,
+        action: str,
+        now: str,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """from_status → to_status and the reservation returned to the order, in one transaction.
+
+        Used by reject (PENDING → REJECTED), expiry (PENDING → EXPIRED) and release
+        (FAILED → RELEASED). Raises StateConflict with the current item when the state differs.
+        """
+        approval = self.get(approval_id)
+        if approval is None or approval.get("status") != from_status:
+            raise StateConflict(approval)
+        amount = int(approval["amount_cents"])
+        audit = AuditRecord(
+            stream=f"approval#{approval_id}",
+            action=action,
+            actor=actor,
+            outcome=to_status,
+            customer_id=int(approval["customer_id"]),
+            created_at=now,
+            input={"reason": reason} if reason else None,
+            output={"order_id": approval["order_id"], "amount_cents": amount, "released_cents": amount},
+            conversation_id=approval.get("conversation_id"),
+            approval_id=approval_id,
+        )
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": self._key(approval_id),
+                    "UpdateExpression": "SET #st = :to, decided_by = :actor, decided_at = :now"
+                    + (", decision_reason = :reason" if reason else ""),
+                    "ConditionExpression": "#st = :from",
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": to_values(
+                        {":to": to_status, ":from": from_status, ":actor": actor, ":now": now}
+                        | ({":reason": reason} if reason else {})
+                    ),
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self._customers,
+                    "Key": order_key(int(approval["customer_id"]), int(approval["order_id"])),
+                    "UpdateExpression": "SET available_cents = available_cents + :a, "
+                    "reserved_cents = reserved_cents - :a",
+                    "ConditionExpression": "reserved_cents >= :a",
+                    "ExpressionAttributeValues": to_values({":a": amount}),
+                }
+            },
+            audit.put(self._audit),
+        ]
+        try:
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            codes = cancellation_codes(exc)
+            if codes and codes[0] == "ConditionalCheckFailed":
+                raise StateConflict(self.get(approval_id)) from None
+            raise
+        updated = self.get(approval_id)
+        assert updated is not None
+        return updated

@@ -146,6 +146,7 @@ class RefundWriter:
         """Write the PENDING approval and reserve the amount, in one transaction."""
         approval = {
             "approval_id": approval_id,
+            "entity": "APPROVAL",
             "status": "PENDING",
             "customer_id": r.customer_id,
             "order_id": r.order_id,
