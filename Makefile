@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# The layer's package and devstack are plain source trees, importable the way Lambda sees them.
+export PYTHONPATH := $(CURDIR)/layers/common:$(CURDIR)
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test lint unit live seed tokens clean
+.PHONY: dev demo test lint unit live tokens clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -12,6 +14,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
+
+## make dev: the whole service on http://127.0.0.1:3000 (PORT, MOTO_PORT, ANTHROPIC_API_KEY honoured)
+dev: $(STAMP)
+	$(PY) -m devstack
+
+## make demo: the seed scenario through the local stack, printed step by step
+demo: $(STAMP)
+	$(PY) -m devstack.demo
 
 ## make test: lint, types and the whole offline suite (unit + integration on template.yaml in moto)
 test: lint

@@ -19,6 +19,9 @@ What moto cannot deploy, and what is done about it (the one place this is decide
   (:attr:`Stack.routes`), and the local server maps them to the handlers.
 * ``AWS::CloudWatch::Alarm`` and ``AWS::Scheduler::Schedule`` are dropped: moto skips them too.
   Schedules are driven locally by calling the function directly.
+* ``AWS::Lambda::EventSourceMapping`` is dropped: with one, moto receives every message sent to
+  the queue itself (counting a receive) and invokes the placeholder code in Docker. Queue
+  consumers are run in-process on messages received from the deployed queue.
 * Whatever references a dropped resource is dropped with it, and said so in
   :attr:`Stack.skipped`: the ``AWS::Lambda::Permission`` that lets API Gateway invoke a
   function, and outputs such as ``ApiUrl`` (the local URL is the dev server's).
@@ -30,6 +33,15 @@ What moto deploys differently, repaired after ``create_stack`` (:func:`_repair_m
   stays in the list as ``null``. Each role's inline policies are put again as JSON, nulls removed.
 * ``Number`` parameters reach Lambda environments as numbers; they are put again as strings,
   as AWS has them.
+* State machines (:func:`_recreate_state_machines`): moto's CloudFormation ignores
+  ``DefinitionS3Location`` and ``DefinitionSubstitutions`` (the machine gets an empty definition)
+  and keeps it where the executing Step Functions backend (``mock_aws(config={"stepfunctions":
+  {"execute_state_machine": True}})``) never sees it. Each is created again through the Step
+  Functions API from its ASL file in the repo, substitutions applied with the physical names,
+  under the same name, type and role; one of that name already visible to the API (execution off)
+  is deleted first. The ARN is therefore the one ``Ref`` resolved to, so the outputs and every
+  function's environment (``REFUND_FLOW_ARN``) already point at the executable machine:
+  :meth:`Stack.state_machine_arn`.
 
 Known and accepted: moto's CloudFormation ignores a role's ``ManagedPolicyArns`` (logs, X-Ray;
 the handlers run in-process and need neither), a function's ``Layers`` and ``Architectures``,
@@ -77,6 +89,10 @@ UNSUPPORTED_RESOURCE_TYPES = {
     "AWS::ApiGatewayV2::": "API Gateway v2 is not deployed by moto; routes come from the template",
     "AWS::CloudWatch::Alarm": "alarms are not deployed by moto",
     "AWS::Scheduler::": "EventBridge Scheduler is not deployed by moto; call the function directly",
+    "AWS::Lambda::EventSourceMapping": (
+        "moto would receive each sent message and invoke the placeholder code in Docker; "
+        "the queue consumer is run in-process on received messages instead"
+    ),
 }
 _CODE_PROPERTIES = {
     "AWS::Serverless::Function": "CodeUri",
@@ -262,6 +278,10 @@ class Stack:
         """The inline policy statements of the function's role in the translated template."""
         return role_statements(self.template, function_logical_id)
 
+    def state_machine_arn(self, logical_id: str) -> str:
+        """The ARN of a deployed state machine: the executable one (see the module docstring)."""
+        return self.physical_ids[logical_id]
+
 
 def role_statements(template: Mapping[str, Any], function_logical_id: str) -> list[dict[str, Any]]:
     """Inline policy statements (intrinsics left as they are) of a translated function's role."""
@@ -342,6 +362,7 @@ def deploy(
         r["LogicalResourceId"]: r["PhysicalResourceId"] for page in resources for r in page["StackResourceSummaries"]
     }
     _repair_moto_state(session, endpoint_url, deployable, physical_ids)
+    _recreate_state_machines(session, endpoint_url, sam_template, deployable, physical_ids, template_path.parent)
     return Stack(
         name=stack_name,
         parameters=params,
@@ -378,6 +399,49 @@ def _repair_moto_state(
             if any(not isinstance(v, str) for v in env.values()):
                 strings = {k: str(v) for k, v in env.items()}
                 lam.update_function_configuration(FunctionName=name, Environment={"Variables": strings})
+
+
+def _recreate_state_machines(
+    session: boto3.Session,
+    endpoint_url: str | None,
+    sam_template: dict[str, Any],
+    template: dict[str, Any],
+    physical_ids: dict[str, str],
+    base_dir: Path,
+) -> None:
+    """Create each state machine again from its ASL file, executable and under the same ARN."""
+    sfn = session.client("stepfunctions", endpoint_url=endpoint_url)
+    iam = session.client("iam", endpoint_url=endpoint_url)
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] != "AWS::StepFunctions::StateMachine":
+            continue
+        props = resource["Properties"]
+        definition = (base_dir / sam_template["Resources"][logical_id]["Properties"]["DefinitionUri"]).read_text()
+        for key, value in props.get("DefinitionSubstitutions", {}).items():
+            definition = definition.replace("${" + key + "}", _resolve(value, physical_ids))
+        role = props["RoleArn"]
+        if isinstance(role, dict):  # {"Fn::GetAtt": [<role>, "Arn"]}, the role SAM made for it
+            role = iam.get_role(RoleName=physical_ids[role["Fn::GetAtt"][0]])["Role"]["Arn"]
+        arn = physical_ids[logical_id]
+        sfn.delete_state_machine(stateMachineArn=arn)  # CloudFormation's, if the API sees it at all
+        created = sfn.create_state_machine(
+            name=arn.rsplit(":", 1)[1],
+            definition=definition,
+            roleArn=role,
+            type=props.get("StateMachineType", "STANDARD"),
+            tags=[{"key": t["Key"], "value": t["Value"]} for t in props.get("Tags", [])],
+        )
+        if created["stateMachineArn"] != arn:
+            raise RuntimeError(f"{logical_id}: created {created['stateMachineArn']}, the stack has {arn}")
+
+
+def _resolve(value: Any, physical_ids: Mapping[str, str]) -> str:
+    """A DefinitionSubstitutions value: a string, or a Ref to a deployed resource."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in physical_ids:
+        return physical_ids[value["Ref"]]
+    raise ValueError(f"devstack cannot resolve the substitution {value!r}")
 
 
 def _as_dict(document: Any) -> dict[str, Any]:

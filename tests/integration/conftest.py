@@ -51,6 +51,20 @@ class Api:
     model: ScriptedModel
     handlers: dict[str, Any] = field(default_factory=dict)
     counter: int = 0
+    current: str = ""
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def use_function(self, function: str) -> None:
+        """Give the process this function's deployed environment, as Lambda would."""
+        if function == self.current:
+            return
+        for key in set(self.stack.function_env(self.current or "ChatFunction")):
+            os.environ.pop(key, None)
+        os.environ.update({**BASE_ENV, **self.stack.function_env(function), **self.overrides})
+        wiring.reset()
+        self.current = function
+        if function not in self.handlers:
+            self.handlers[function] = load_handler(self.stack, function)
 
     def token(self, sub: str = "customer-7", role: str = "customer", customer_id: int | None = 7, **kw: Any) -> str:
         return mint_token(sub, role, customer_id, secret=SECRET, **kw)
@@ -93,8 +107,7 @@ class Api:
             event["body"] = json.dumps(body)
         if route and "{" in route.path:
             event["pathParameters"] = _params(route.path, event["rawPath"])
-        if function not in self.handlers:
-            self.handlers[function] = load_handler(self.stack, function)
+        self.use_function(function)
         handler = self.handlers[function]
         out = handler(copy.deepcopy(event), None)
         return out["statusCode"], json.loads(out["body"]) if out.get("body") else None, out.get("headers", {})
@@ -113,7 +126,7 @@ def _params(template: str, path: str) -> dict[str, str]:
 def stack() -> Iterator[Stack]:
     saved = dict(os.environ)
     os.environ.update(BASE_ENV)
-    with mock_aws():
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         deployed = deploy({"JwtSecret": SECRET, "Transparency": "verbose"})
         env = deployed.function_env("ChatFunction")
         os.environ.update(env)
@@ -127,10 +140,12 @@ def stack() -> Iterator[Stack]:
 
 @pytest.fixture
 def api(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    for key, value in {**BASE_ENV, **stack.function_env("ChatFunction")}.items():
-        monkeypatch.setenv(key, value)
+    saved = dict(os.environ)
     model = ScriptedModel()
     monkeypatch.setattr(wiring, "LLM_TRANSPORT", scripted_transport(model))
-    wiring.reset()
-    yield Api(stack, model)
+    client = Api(stack, model)
+    client.use_function("ChatFunction")
+    yield client
+    os.environ.clear()
+    os.environ.update(saved)
     wiring.reset()

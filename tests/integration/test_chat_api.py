@@ -168,11 +168,9 @@ def test_413(api: Api) -> None:
     _error(413, "too_large", api.call("POST", "/api/chat", {"message": "y" * 4001}))
 
 
-def test_429_token_budget(api: Api, monkeypatch: Any) -> None:
-    monkeypatch.setenv("CONVERSATION_TOKEN_BUDGET", "500")
-    from support_agent import wiring
-
-    wiring.reset()
+def test_429_token_budget(api: Api) -> None:
+    api.overrides["CONVERSATION_TOKEN_BUDGET"] = "500"
+    api.current = ""
     api.model.script = [answer("long", Usage(400, 200))]
     _, first, _ = chat(api, "hello")
     _error(429, "token_budget_exhausted", chat(api, "more", first["conversationId"]))

@@ -271,3 +271,27 @@ def test_cache_control_never_stored_and_history_verbatim(harness: Harness) -> No
     msgs = stored(h, r.conversation_id)
     assert msgs[1]["content"] == blocks
     assert "cache_control" not in str(msgs)
+
+
+def test_escalate_to_human_one_open_ticket_per_conversation(harness: Harness) -> None:
+    from support_agent.store.handoffs import HandoffStore
+
+    h = harness
+    h.model.script = [
+        tools(tool_use("escalate_to_human", {"reason": "wants a person"})),
+        answer("A teammate will follow up."),
+    ]
+    r = h.turn("I want to talk to a human")
+    first = r.trace[0]["toolCalls"][0]["result"]
+    assert first["status"] == "HANDOFF_OPENED" and first["handoff_id"].startswith("hof_")
+    h.model.script = [tools(tool_use("escalate_to_human", {"reason": "again"})), answer("Already on it.")]
+    again = h.turn("hello??", r.conversation_id).trace[0]["toolCalls"][0]["result"]
+    assert again == {**first, "status": "HANDOFF_ALREADY_OPEN"}
+    store = HandoffStore(h.ddb, h.settings.approvals_table, h.settings.conversations_table, h.settings.audit_table)
+    closed = store.close(first["handoff_id"], "lead-1", "2026-12-02T12:00:00Z")
+    assert closed["status"] == "CLOSED"
+    h.model.script = [tools(tool_use("escalate_to_human", {"reason": "new issue"})), answer("ok")]
+    third = h.turn("one more thing", r.conversation_id).trace[0]["toolCalls"][0]["result"]
+    assert third["status"] == "HANDOFF_OPENED" and third["handoff_id"] != first["handoff_id"]
+    actions = [a["action"] for a in h.audit.list_stream(r.conversation_id)]
+    assert actions.count("handoff_opened") == 2 and actions.count("handoff_closed") == 1

@@ -222,6 +222,61 @@ def test_approval_queue_has_a_dead_letter_queue(cfn: dict[str, Any]) -> None:
     assert dlq["SqsManagedSseEnabled"] is True
 
 
+def test_approval_notifier_consumes_the_approval_queue(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    fn = cfn["Resources"]["ApprovalNotifierFunction"]["Properties"]
+    assert sam["Resources"]["ApprovalNotifierFunction"]["Properties"]["CodeUri"] == "functions/approval_notifier/"
+    assert fn["Handler"] == "app.handler"
+    assert fn["Environment"]["Variables"]["LEADS_TOPIC_ARN"] == {"Ref": "LeadsTopic"}
+    # AWS: a queue feeding Lambda needs a visibility timeout of at least six times the function's.
+    assert cfn["Resources"]["ApprovalQueue"]["Properties"]["VisibilityTimeout"] >= 6 * fn["Timeout"]
+    queue_arn = {"Fn::GetAtt": ["ApprovalQueue", "Arn"]}
+    mappings = [
+        m["Properties"]
+        for m in resources_of_type(cfn, "AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"] == queue_arn
+    ]
+    assert len(mappings) == 1, "exactly one consumer of the ApprovalQueue"
+    (mapping,) = mappings
+    assert mapping["FunctionName"] == {"Ref": "ApprovalNotifierFunction"}
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert 1 <= mapping["BatchSize"] <= 10
+    # A SAM SQS event would attach AWSLambdaSQSQueueExecutionRole (Resource "*").
+    for name, resource in sam["Resources"].items():
+        for event in resource.get("Properties", {}).get("Events", {}).values():
+            assert event["Type"] != "SQS", f"{name}: declare the event source mapping instead"
+    topic = cfn["Resources"]["LeadsTopic"]
+    assert topic["Type"] == "AWS::SNS::Topic"
+    assert topic["Properties"]["KmsMasterKeyId"] == "alias/aws/sns"
+    assert sam["Outputs"]["LeadsTopicArn"]["Value"] == {"Ref": "LeadsTopic"}
+
+
+def test_the_notifier_cannot_write_orders(cfn: dict[str, Any]) -> None:
+    granted = granted_pairs(cfn, "ApprovalNotifierFunction")
+    assert {t for _, t in granted if t.startswith("CustomerDataTable")} == set()
+    assert {a for a, t in granted if a.startswith("dynamodb:")} == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    assert {t for a, t in granted if a.startswith("dynamodb:")} == {"ApprovalsTable"}
+
+
+def test_approval_sweep_runs_on_a_schedule(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    fn = cfn["Resources"]["ApprovalSweepFunction"]["Properties"]
+    assert sam["Resources"]["ApprovalSweepFunction"]["Properties"]["CodeUri"] == "functions/approval_sweep/"
+    assert fn["Handler"] == "app.handler"
+    assert fn["Environment"]["Variables"]["APPROVAL_TTL_HOURS"] == {"Ref": "ApprovalTtlHours"}
+    assert sam["Parameters"]["ApprovalTtlHours"]["Default"] == 168
+    rules = [
+        r["Properties"]
+        for r in resources_of_type(cfn, "AWS::Events::Rule").values()
+        if any(t["Arn"] == {"Fn::GetAtt": ["ApprovalSweepFunction", "Arn"]} for t in r["Properties"]["Targets"])
+    ]
+    assert [r["ScheduleExpression"] for r in rules] == ["rate(15 minutes)"]
+    (permission,) = [
+        p["Properties"]
+        for p in resources_of_type(cfn, "AWS::Lambda::Permission").values()
+        if p["Properties"]["FunctionName"] == {"Ref": "ApprovalSweepFunction"}
+    ]
+    assert permission["Principal"] == "events.amazonaws.com"
+
+
 def test_outputs(sam: dict[str, Any]) -> None:
     assert {
         "ApiUrl",
@@ -249,10 +304,65 @@ ALLOWED: dict[str, set[Pair]] = {
         # Only when the parameter is set (Fn::If on HasAnthropicApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
     },
+    # Claim-then-publish; nothing on CustomerData (the notifier cannot write orders). The SQS
+    # actions are what its own event source mapping polls with, on the ApprovalQueue only.
+    "ApprovalNotifierFunction": {
+        ("dynamodb:GetItem", "ApprovalsTable"),
+        ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("sns:Publish", "ref:LeadsTopic"),
+        *{(f"sqs:{a}", "ApprovalQueue") for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes")},
+    },
+    # Expire (release: approval + order + audit row in one transaction) and re-enqueue.
+    "ApprovalSweepFunction": {
+        ("dynamodb:Query", "ApprovalsTable/index/by_status"),
+        ("dynamodb:GetItem", "ApprovalsTable"),
+        ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("dynamodb:UpdateItem", "CustomerDataTable"),
+        ("dynamodb:PutItem", "AuditTable"),
+        ("sqs:SendMessage", "ApprovalQueue"),
+    },
+    # The lead's API: conditional decisions (approval + audit row, plus the order when money is
+    # released), hand-off close (ticket + conversation header), audit reads, and starting RefundFlow.
+    # It cannot write refund rows or touch orders beyond releasing a reservation.
+    "ApprovalsFunction": {
+        ("dynamodb:GetItem", "ApprovalsTable"),
+        ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("dynamodb:Query", "ApprovalsTable/index/by_status"),
+        ("dynamodb:Query", "ApprovalsTable/index/by_created"),
+        ("dynamodb:UpdateItem", "CustomerDataTable"),
+        ("dynamodb:UpdateItem", "ConversationsTable"),
+        ("dynamodb:PutItem", "AuditTable"),
+        ("dynamodb:Query", "AuditTable"),
+        ("dynamodb:Query", "AuditTable/index/by_customer"),
+        ("states:StartExecution", "ref:RefundFlow"),
+    },
+    # The state machine's role: read the approval, then one transaction (authorised per item as
+    # PutItem/UpdateItem) over the refund row, the order, the approval and the audit row.
+    "RefundFlow": {
+        ("dynamodb:GetItem", "ApprovalsTable"),
+        ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("dynamodb:PutItem", "CustomerDataTable"),
+        ("dynamodb:UpdateItem", "CustomerDataTable"),
+        ("dynamodb:PutItem", "AuditTable"),
+    },
 }
 # What SAM attaches for logs and Tracing: Active; nothing else may be attached.
 ALLOWED_MANAGED = {
+    "RefundFlow": set(),  # no logging or tracing configuration: nothing attached
     "ChatFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "ApprovalsFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    # No AWSLambdaSQSQueueExecutionRole (sqs on Resource "*"): the mapping is declared by hand.
+    "ApprovalNotifierFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "ApprovalSweepFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
@@ -313,9 +423,15 @@ def _role_documents(cfn: dict[str, Any], role_id: str) -> Iterator[dict[str, Any
             yield resource["Properties"]["PolicyDocument"]
 
 
+def _role_id(cfn: dict[str, Any], logical_id: str) -> str:
+    """The role of a function (``Role``) or a state machine (``RoleArn``): ``Fn::GetAtt <role>.Arn``."""
+    props = cfn["Resources"][logical_id]["Properties"]
+    return str((props.get("Role") or props["RoleArn"])["Fn::GetAtt"][0])
+
+
 def granted_pairs(cfn: dict[str, Any], function_id: str) -> set[Pair]:
     """Every (action, target) the function's role allows, Fn::If expanded to both branches."""
-    role_id = cfn["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
+    role_id = _role_id(cfn, function_id)
     parameters = set(cfn.get("Parameters", {}))
     pairs: set[Pair] = set()
     for document in _role_documents(cfn, role_id):
@@ -331,7 +447,9 @@ def granted_pairs(cfn: dict[str, Any], function_id: str) -> set[Pair]:
 
 
 def _function_ids(cfn: dict[str, Any]) -> list[str]:
-    return sorted(resources_of_type(cfn, "AWS::Lambda::Function"))
+    """Everything that runs with a role of its own: functions and state machines."""
+    types = ("AWS::Lambda::Function", "AWS::StepFunctions::StateMachine")
+    return sorted(k for t in types for k in resources_of_type(cfn, t))
 
 
 def test_every_function_has_an_allowed_set(cfn: dict[str, Any]) -> None:
@@ -347,19 +465,19 @@ def test_role_grants_exactly_the_allowed_pairs(cfn: dict[str, Any], function_id:
 
 @pytest.mark.parametrize("function_id", sorted(ALLOWED))
 def test_role_trust_and_managed_policies(cfn: dict[str, Any], function_id: str) -> None:
-    role_id = cfn["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
-    role = cfn["Resources"][role_id]["Properties"]
+    role = cfn["Resources"][_role_id(cfn, function_id)]["Properties"]
     assert set(role.get("ManagedPolicyArns", [])) == ALLOWED_MANAGED[function_id]
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Effect"] == "Allow"
-    assert trust["Principal"] == {"Service": ["lambda.amazonaws.com"]}
+    is_state_machine = cfn["Resources"][function_id]["Type"] == "AWS::StepFunctions::StateMachine"
+    service = "states.amazonaws.com" if is_state_machine else "lambda.amazonaws.com"
+    assert trust["Principal"] == {"Service": [service]}
     assert trust["Action"] == ["sts:AssumeRole"]
 
 
 def test_role_statements_have_a_policy_version(cfn: dict[str, Any]) -> None:
     for function_id in _function_ids(cfn):
-        role_id = cfn["Resources"][function_id]["Properties"]["Role"]["Fn::GetAtt"][0]
-        for document in _role_documents(cfn, role_id):
+        for document in _role_documents(cfn, _role_id(cfn, function_id)):
             assert document["Version"] == "2012-10-17"
 
 
@@ -370,8 +488,8 @@ def test_forbidden_grants(cfn: dict[str, Any], function_id: str) -> None:
         assert "*" not in action and "*" not in target, (action, target)
         assert is_iam_action(action), f"{action} is not an IAM action"
         assert action not in {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
-        if target.startswith("AuditTable"):
-            assert action == "dynamodb:PutItem", "audit rows are append-only (rule 6)"
+        if target.startswith("AuditTable"):  # append-only (rule 6): write PutItem, read Query, nothing else
+            assert action in ("dynamodb:PutItem", "dynamodb:Query"), (action, target)
     for forbidden in ("UpdateItem", "DeleteItem", "BatchWriteItem"):
         assert (f"dynamodb:{forbidden}", "AuditTable") not in granted
 

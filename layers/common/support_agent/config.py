@@ -51,6 +51,17 @@ class Settings(BaseModel):
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
 
+    # Approvals.
+    refund_flow_arn: str = Field("", alias="REFUND_FLOW_ARN")
+    approval_wait_seconds: float = Field(5.0, alias="APPROVAL_WAIT_SECONDS", ge=0, le=25)
+    # The leads' SNS topic (ApprovalNotifierFunction publishes one message per approval).
+    leads_topic_arn: str = Field("", alias="LEADS_TOPIC_ARN")
+    # The sweep: PENDING approvals older than this expire and free their reservation.
+    approval_ttl_hours: int = Field(168, alias="APPROVAL_TTL_HOURS", ge=1)
+    # The sweep re-enqueues a PENDING approval never notified once it is this old (the chat
+    # function sends right after its transaction; this grace keeps the sweep from racing it).
+    renotify_after_seconds: int = Field(300, alias="RENOTIFY_AFTER_SECONDS", ge=0)
+
     transparency: Literal["verbose", "quiet"] = Field("verbose", alias="TRANSPARENCY")
 
     # Auth.

@@ -7,19 +7,24 @@ point the environment at moto first; ``reset()`` drops them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import boto3
 
-from support_agent.agent.loop import Agent
+from support_agent.agent.loop import Agent, utc_now
+from support_agent.approvals.decisions import ApprovalDecisions
 from support_agent.config import Settings, get_settings
 from support_agent.llm.base import LlmClient
 from support_agent.store.approvals import ApprovalStore
+from support_agent.store.audit import AuditStore
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.customer_data import CustomerDataStore
+from support_agent.store.handoffs import HandoffStore
 from support_agent.store.refunds import RefundWriter
+from support_agent.tools.handoff import handoff_tools
 from support_agent.tools.orders import order_tools
 from support_agent.tools.refunds import refund_tools
 from support_agent.tools.registry import ToolRegistry
@@ -41,8 +46,11 @@ def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
     def enqueue(approval_id: str) -> None:
         sqs.send_message(QueueUrl=settings.approval_queue_url, MessageBody=json.dumps({"approvalId": approval_id}))
 
+    handoffs = HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table)
     return ToolRegistry(
-        order_tools(customer_data) + refund_tools(customer_data, writer, enqueue, settings.refund_threshold_cents)
+        order_tools(customer_data)
+        + refund_tools(customer_data, writer, enqueue, settings.refund_threshold_cents)
+        + handoff_tools(handoffs)
     )
 
 
@@ -58,6 +66,35 @@ def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs
         CustomerDataStore(ddb, settings.customer_data_table),
         ApprovalStore(ddb, settings.approvals_table),
     )
+
+
+@dataclass(frozen=True)
+class LeadServices:
+    settings: Settings
+    approvals: ApprovalStore
+    decisions: ApprovalDecisions
+    handoffs: HandoffStore
+    audit: AuditStore
+    now: Callable[[], str]
+
+
+def build_lead_services(settings: Settings, ddb: Any = None, sfn: Any = None) -> LeadServices:
+    ddb = ddb or boto3.client("dynamodb")
+    sfn = sfn or boto3.client("stepfunctions")
+    approvals = ApprovalStore(ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table)
+    return LeadServices(
+        settings,
+        approvals,
+        ApprovalDecisions(approvals, sfn, settings.refund_flow_arn, settings.approval_wait_seconds, utc_now),
+        HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
+        AuditStore(ddb, settings.audit_table),
+        utc_now,
+    )
+
+
+@lru_cache(maxsize=1)
+def lead_services() -> LeadServices:
+    return build_lead_services(get_settings())
 
 
 # Tests route the real AnthropicClient through an in-process transport instead of the network.
@@ -77,6 +114,7 @@ def reset() -> None:
     from support_agent.auth import _authenticator_for
 
     chat_services.cache_clear()
+    lead_services.cache_clear()
     get_settings.cache_clear()
     cache_clear = getattr(_authenticator_for, "cache_clear", None)
     if cache_clear:

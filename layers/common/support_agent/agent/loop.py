@@ -71,7 +71,7 @@ class TurnResult:
     trace: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _utc_now() -> str:
+def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -114,7 +114,7 @@ class Agent:
         audit_table: str,
         *,
         clock: Callable[[], float] = time.time,
-        now: Callable[[], str] = _utc_now,
+        now: Callable[[], str] = utc_now,
         checkpoint: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from support_agent.api import pagination
 from support_agent.api.views import conversation_summary, conversation_view
 from support_agent.auth import require_customer
 from support_agent.errors import BadRequest, NotFound, TooLarge
@@ -81,18 +80,11 @@ def list_conversations(
 ) -> dict[str, Any]:
     services = chat_services()
     customer_id = require_customer(_principal())
-    start = None
-    if nextToken:
-        try:
-            start = json.loads(base64.urlsafe_b64decode(nextToken.encode()))
-            if not isinstance(start, dict) or start.get("customer_id") != {"N": str(customer_id)}:
-                raise ValueError
-        except (ValueError, TypeError):
-            raise BadRequest("nextToken: invalid") from None
+    start = pagination.decode(nextToken, lambda k: k.get("customer_id") == {"N": str(customer_id)})
     headers, last = services.conversations.list_for_customer(customer_id, start_key=start)
     return {
         "conversations": [conversation_summary(h) for h in headers if h.customer_id == customer_id],
-        "nextToken": base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None,
+        "nextToken": pagination.encode(last),
     }
 
 

@@ -24,11 +24,11 @@ logger = logging.getLogger(__name__)
 JSON = "application/json"
 
 
-def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[Any]:
     return Response(status_code=status, content_type=JSON, body=json.dumps(body), headers=headers or {})
 
 
-def error_response(exc: ApiError) -> Response:
+def error_response(exc: ApiError) -> Response[Any]:
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
     return json_response(exc.status, exc.body(), headers)
 

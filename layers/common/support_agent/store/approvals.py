@@ -79,64 +79,116 @@ class ApprovalStore:
         out = self._db.query(**kwargs)
         return Page([from_item(i) for i in out.get("Items", [])], out.get("LastEvaluatedKey"))
 
-    def _transition(
+    def _audit_row(
+        self,
+        approval: dict[str, Any],
+        action: str,
+        actor: str,
+        outcome: str,
+        now: str,
+        extra: dict[str, Any] | None = None,
+    ) -> AuditRecord:
+        return AuditRecord(
+            stream=f"approval#{approval['approval_id']}",
+            action=action,
+            actor=actor,
+            outcome=outcome,
+            customer_id=int(approval["customer_id"]),
+            created_at=now,
+            input=extra,
+            output={"order_id": approval["order_id"], "amount_cents": int(approval["amount_cents"])},
+            conversation_id=approval.get("conversation_id"),
+            approval_id=approval["approval_id"],
+        )
+
+    def _decide(
         self,
         approval_id: str,
         from_status: str,
         to_status: str,
+        actor: str,
+        action: str,
+        now: str,
         sets: dict[str, Any],
+        add_retry: bool = False,
+        order_release: bool = False,
+        reason: str | None = None,
     ) -> dict[str, Any]:
+        """from_status → to_status with its audit row (and, when freeing money, the order) atomically."""
+        approval = self.get(approval_id)
+        if approval is None or approval.get("status") != from_status:
+            raise StateConflict(approval)
         names = {"#st": "status"}
-        values = {":from": from_status, ":to": to_status}
+        values: dict[str, Any] = {":to": to_status, ":from": from_status}
         assignments = ["#st = :to"]
         for i, (field, value) in enumerate(sets.items()):
             names[f"#f{i}"] = field
             values[f":v{i}"] = value
             assignments.append(f"#f{i} = :v{i}")
         update = "SET " + ", ".join(assignments)
-        try:
-            out = self._db.update_item(
-                TableName=self.table,
-                Key=self._key(approval_id),
-                UpdateExpression=update,
-                ConditionExpression="#st = :from",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=to_values(values),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        if add_retry:
+            update += " ADD retries :one"
+            values[":one"] = 1
+        amount = int(approval["amount_cents"])
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": self._key(approval_id),
+                    "UpdateExpression": update,
+                    "ConditionExpression": "#st = :from",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": to_values(values),
+                }
+            },
+            self._audit_row(approval, action, actor, to_status, now, {"reason": reason} if reason else None).put(
+                self._audit
+            ),
+        ]
+        if order_release:
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._customers,
+                        "Key": order_key(int(approval["customer_id"]), int(approval["order_id"])),
+                        "UpdateExpression": "SET available_cents = available_cents + :a, "
+                        "reserved_cents = reserved_cents - :a",
+                        "ConditionExpression": "reserved_cents >= :a",
+                        "ExpressionAttributeValues": to_values({":a": amount}),
+                    }
+                }
             )
+        try:
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except ClientError as exc:
-            if not is_conditional_failure(exc):
+            if error_code(exc) != "TransactionCanceledException":
                 raise
-            old = exc.response.get("Item")
-            raise StateConflict(from_item(old) if old else None) from None  # type: ignore[arg-type]
-        return from_item(out["Attributes"])
+            codes = cancellation_codes(exc)
+            if not codes or codes[0] == "ConditionalCheckFailed":
+                raise StateConflict(self.get(approval_id)) from None
+            raise
+        updated = self.get(approval_id)
+        assert updated is not None
+        return updated
 
     def approve(self, approval_id: str, lead: str, now: str) -> dict[str, Any]:
         """PENDING → APPROVED, recording who and when. The refund itself is RefundFlow's job."""
-        return self._transition(approval_id, "PENDING", "APPROVED", {"decided_by": lead, "decided_at": now})
+        return self._decide(
+            approval_id, "PENDING", "APPROVED", lead, "approval_approved", now, {"decided_by": lead, "decided_at": now}
+        )
 
     def mark_retry(self, approval_id: str, lead: str, now: str) -> dict[str, Any]:
         """FAILED → APPROVED again, counting retries (the retry execution is ``<id>-r<n>``)."""
-        try:
-            out = self._db.update_item(
-                TableName=self.table,
-                Key=self._key(approval_id),
-                UpdateExpression="SET #st = :to, retried_by = :lead, retried_at = :now ADD retries :one",
-                ConditionExpression="#st = :from",
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=to_values(
-                    {":to": "APPROVED", ":from": "FAILED", ":lead": lead, ":now": now, ":one": 1}
-                ),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-            old = exc.response.get("Item")
-            raise StateConflict(from_item(old) if old else None) from None  # type: ignore[arg-type]
-        return from_item(out["Attributes"])
+        return self._decide(
+            approval_id,
+            "FAILED",
+            "APPROVED",
+            lead,
+            "refund_retried",
+            now,
+            {"retried_by": lead, "retried_at": now},
+            add_retry=True,
+        )
 
     def claim_notification(self, approval_id: str, now: str) -> bool:
         """Set notified_at once; False when already notified (or no longer pending)."""
@@ -169,58 +221,9 @@ class ApprovalStore:
         Used by reject (PENDING → REJECTED), expiry (PENDING → EXPIRED) and release
         (FAILED → RELEASED). Raises StateConflict with the current item when the state differs.
         """
-        approval = self.get(approval_id)
-        if approval is None or approval.get("status") != from_status:
-            raise StateConflict(approval)
-        amount = int(approval["amount_cents"])
-        audit = AuditRecord(
-            stream=f"approval#{approval_id}",
-            action=action,
-            actor=actor,
-            outcome=to_status,
-            customer_id=int(approval["customer_id"]),
-            created_at=now,
-            input={"reason": reason} if reason else None,
-            output={"order_id": approval["order_id"], "amount_cents": amount, "released_cents": amount},
-            conversation_id=approval.get("conversation_id"),
-            approval_id=approval_id,
+        sets: dict[str, Any] = {"decided_by": actor, "decided_at": now}
+        if reason:
+            sets["decision_reason"] = reason
+        return self._decide(
+            approval_id, from_status, to_status, actor, action, now, sets, order_release=True, reason=reason
         )
-        items: list[dict[str, Any]] = [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": self._key(approval_id),
-                    "UpdateExpression": "SET #st = :to, decided_by = :actor, decided_at = :now"
-                    + (", decision_reason = :reason" if reason else ""),
-                    "ConditionExpression": "#st = :from",
-                    "ExpressionAttributeNames": {"#st": "status"},
-                    "ExpressionAttributeValues": to_values(
-                        {":to": to_status, ":from": from_status, ":actor": actor, ":now": now}
-                        | ({":reason": reason} if reason else {})
-                    ),
-                }
-            },
-            {
-                "Update": {
-                    "TableName": self._customers,
-                    "Key": order_key(int(approval["customer_id"]), int(approval["order_id"])),
-                    "UpdateExpression": "SET available_cents = available_cents + :a, "
-                    "reserved_cents = reserved_cents - :a",
-                    "ConditionExpression": "reserved_cents >= :a",
-                    "ExpressionAttributeValues": to_values({":a": amount}),
-                }
-            },
-            audit.put(self._audit),
-        ]
-        try:
-            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
-            codes = cancellation_codes(exc)
-            if codes and codes[0] == "ConditionalCheckFailed":
-                raise StateConflict(self.get(approval_id)) from None
-            raise
-        updated = self.get(approval_id)
-        assert updated is not None
-        return updated

@@ -87,6 +87,28 @@ class AuditStore:
             ExpressionAttributeValues=to_values({":c": customer_id}),
         )
 
+    def conversation_trail(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The conversation's rows and those of the approvals raised in it, oldest first."""
+        rows = self.list_stream(conversation_id)
+        for approval_id in sorted({r["approval_id"] for r in rows if r.get("approval_id")}):
+            rows.extend(self.list_stream(f"approval#{approval_id}"))
+        return sorted(rows, key=lambda r: str(r["event_id"]))
+
+    def page_customer(
+        self, customer_id: int, start_key: dict[str, Any] | None = None, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": "by_customer",
+            "KeyConditionExpression": "customer_id = :c",
+            "ExpressionAttributeValues": to_values({":c": customer_id}),
+            "Limit": limit,
+        }
+        if start_key:
+            kwargs["ExclusiveStartKey"] = start_key
+        out = self._db.query(**kwargs)
+        return [from_item(i) for i in out.get("Items", [])], out.get("LastEvaluatedKey")
+
     def _query(self, **kwargs: Any) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         while True:

@@ -1,0 +1,203 @@
+"""`make dev`: the whole service on this machine — no AWS account, no Docker, no API key.
+
+One process: a moto server (Step Functions executing for real), the stack deployed from
+template.yaml into it, the demo data, a simulated model unless ANTHROPIC_API_KEY is set, worker
+processes per function with each function's deployed environment, the template's queue and schedule
+events, and an HTTP server mapping the template's routes to the handlers, with the web pages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from devstack.events import EventSources
+from devstack.functions import FunctionPool, pools_for
+from devstack.gateway import Gateway
+from devstack.seed import DEMO_DATA, seed
+from devstack.stack import REPO_ROOT, Stack, deploy
+from devstack.tokens import DEFAULT_DEV_SECRET, mint_token
+
+STATE_DIR = REPO_ROOT / ".devstack"
+REGION = "us-east-1"
+MODEL_SIMULATED = "SIMULATED (no ANTHROPIC_API_KEY): answers are generated locally, not by Claude"
+
+
+@dataclass
+class LocalStack:
+    url: str
+    moto_url: str
+    stack: Stack
+    tokens: dict[str, Any]
+    simulated: bool
+    env_file: Path
+    _stoppers: list[Any] = field(default_factory=list, repr=False)
+
+    def stop(self) -> None:
+        for stop in reversed(self._stoppers):
+            with contextlib.suppress(Exception):  # keep stopping the rest
+                stop()
+        self._stoppers.clear()
+
+
+def _moto(port: int) -> tuple[Any, str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{server._server.server_port}"  # the real port when 0 was asked for
+    import httpx
+
+    # moto's Step Functions runs the ASL's DynamoDB tasks against this same server.
+    httpx.post(f"{url}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=10)
+    return server, url
+
+
+def demo_tokens(secret: str, issuer: str, audience: str, simulated: bool) -> dict[str, Any]:
+    data = json.loads(DEMO_DATA.read_text())
+    kw = {"secret": secret, "issuer": issuer, "audience": audience, "ttl_seconds": 12 * 3600}
+    return {
+        "customers": [
+            {
+                "customerId": c["customer_id"],
+                "name": c["name"],
+                "token": mint_token(f"customer-{c['customer_id']}", "customer", c["customer_id"], **kw),
+            }
+            for c in data["customers"]
+        ],
+        "leads": [{"sub": lead, "token": mint_token(lead, "support_lead", None, **kw)} for lead in data["leads"]],
+        "simulatedModel": simulated,
+    }
+
+
+def start(
+    port: int = 3000,
+    moto_port: int = 4599,
+    host: str = "127.0.0.1",
+    environ: dict[str, str] | None = None,
+    schedule_seconds: float = 30.0,
+) -> LocalStack:
+    env = dict(os.environ if environ is None else environ)
+    secret = env.get("JWT_SECRET") or DEFAULT_DEV_SECRET
+    issuer = env.get("JWT_ISSUER", "support-agent-local")
+    audience = env.get("JWT_AUDIENCE", "support-agent")
+    local = LocalStack("", "", None, {}, False, STATE_DIR / "env.json")  # type: ignore[arg-type]
+    try:
+        moto, moto_url = _moto(moto_port)
+        local._stoppers.append(moto.stop)
+        aws_env = {
+            "AWS_ENDPOINT_URL": moto_url,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "MOTO_PORT": moto_url.rsplit(":", 1)[1],
+        }
+        os.environ.update(aws_env)  # this process's boto3 and moto's Step Functions use them too
+        session = boto3.Session(region_name=REGION)
+        stack = deploy(
+            {"JwtSecret": secret, "JwtIssuer": issuer, "JwtAudience": audience, "Transparency": "verbose"},
+            session=session,
+            endpoint_url=moto_url,
+        )
+        seed(session.client("dynamodb", endpoint_url=moto_url), stack.physical_ids["CustomerDataTable"])
+
+        overrides = {"JWT_SECRET": secret, "TRANSPARENCY": "verbose", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+        simulated = not env.get("ANTHROPIC_API_KEY")
+        if simulated:
+            from devstack.simulated_model import start as start_model
+
+            model = start_model(port=0)
+            local._stoppers.append(model.stop)
+            overrides.update(ANTHROPIC_API_KEY="simulated-local-key", ANTHROPIC_BASE_URL=model.url)
+        else:
+            overrides["ANTHROPIC_API_KEY"] = env["ANTHROPIC_API_KEY"]
+            if env.get("ANTHROPIC_BASE_URL"):
+                overrides["ANTHROPIC_BASE_URL"] = env["ANTHROPIC_BASE_URL"]
+        pools = pools_for(stack, {**_plain_env(env), **aws_env}, overrides)
+        local._stoppers.append(lambda: [p.close() for p in pools.values()])
+        for pool in pools.values():  # cold starts now, not on the first request
+            pool.warm()
+
+        events = EventSources(stack, pools, moto_url, schedule_seconds)
+        events.start()
+        local._stoppers.append(events.stop)
+
+        tokens = demo_tokens(secret, issuer, audience, simulated)
+        gateway = Gateway((host, port), stack.routes, pools, {"/api/dev/tokens": lambda: tokens})
+        thread = threading.Thread(target=gateway.serve_forever, daemon=True, name="gateway")
+        thread.start()
+        local._stoppers.append(lambda: (gateway.shutdown(), gateway.server_close()))
+
+        local.url = f"http://{host}:{gateway.server_address[1]}"
+        local.moto_url, local.stack, local.tokens, local.simulated = moto_url, stack, tokens, simulated
+        write_env_file(local.env_file, stack, pools, int(aws_env["MOTO_PORT"]))
+        return local
+    except BaseException:
+        local.stop()
+        raise
+
+
+def _plain_env(env: dict[str, str]) -> dict[str, str]:
+    """What a worker inherits: the basics, not this shell's AWS profile or secrets."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "TMPDIR")
+    return {k: v for k, v in env.items() if k in keep}
+
+
+def write_env_file(path: Path, stack: Stack, pools: dict[str, FunctionPool], moto_port: int) -> None:
+    """The env-vars file `sam local invoke/start-api --env-vars` needs: physical names exist only after deploy."""
+    path.parent.mkdir(exist_ok=True)
+    docker_endpoint = f"http://host.docker.internal:{moto_port}"
+    out = {}
+    for name in pools:
+        env = dict(stack.function_env(name))
+        env.update(AWS_ENDPOINT_URL=docker_endpoint, AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local")
+        out[name] = env
+    path.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def banner(local: LocalStack) -> str:
+    lines = [
+        "",
+        "Support agent — local stack is up",
+        f"  chat page      {local.url}/",
+        f"  lead console   {local.url}/lead",
+        f"  API            {local.url}/api/health",
+        f"  local AWS      {local.moto_url}   (moto; AWS_ENDPOINT_URL for the AWS CLI and sam local)",
+        f"  sam local env  {local.env_file}",
+        f"  model          {MODEL_SIMULATED if local.simulated else 'Anthropic Messages API'}",
+        "",
+        "Demo tokens (Authorization: Bearer …):",
+    ]
+    for c in local.tokens["customers"]:
+        lines.append(f"  customer {c['customerId']} ({c['name']}): {c['token']}")
+    for lead in local.tokens["leads"]:
+        lines.append(f"  lead {lead['sub']}: {lead['token']}")
+    lines += ["", "Ctrl-C stops everything."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    port = int(os.environ.get("PORT", "3000"))
+    moto_port = int(os.environ.get("MOTO_PORT", "4599"))
+    print(f"starting the local stack (moto on {moto_port}, API on {port})…", flush=True)
+    local = start(port=port, moto_port=moto_port)
+    print(banner(local), flush=True)
+    stopped = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    stopped.wait()
+    print("\nstopping…", flush=True)
+    local.stop()
+
+
+if __name__ == "__main__":
+    main()

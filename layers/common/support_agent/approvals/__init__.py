@@ -1,0 +1,1 @@
+"""The approval workflow: lead decisions, notifying the leads and sweeping stale approvals."""

@@ -1,0 +1,47 @@
+"""RefundFlow's execution names and input (the flow itself is statemachine/refund_flow.asl.json).
+
+Execution names are the approval id (``<id>-r<n>`` for the n-th retry), so a repeated start of the
+same attempt is refused or deduplicated by Step Functions itself. They are validated here because
+AWS rejects names over 80 characters or with ``:``, ``#``, whitespace or control characters (moto
+does not check). The audit event ids the flow writes are ULIDs made here, before the start, so
+audit keys stay time-ordered ULIDs whoever writes them; the flow puts them with
+``attribute_not_exists``.
+
+Input: ``{"approvalId": "apr_<ULID>", "eventIds": {"completed": "<ULID>", "failed": "<ULID>"}}``.
+Output of a SUCCEEDED execution: ``{"approvalId", "status": "REFUNDED", "replayed": bool}``.
+A FAILED execution's error is ``RefundFailed`` (the approval is FAILED, with an audit row),
+``ApprovalNotApproved`` or ``ApprovalNotFound`` (nothing changed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support_agent.ids import APPROVAL_ID, ulid
+
+MAX_EXECUTION_NAME = 80
+_FORBIDDEN_IN_NAMES = frozenset(':#<>{}[]?*"%\\^|~`$&,;/')
+
+
+def _check_approval_id(approval_id: str) -> None:
+    if not isinstance(approval_id, str) or not APPROVAL_ID.fullmatch(approval_id):
+        raise ValueError("not an approval id (apr_ + ULID)")
+
+
+def execution_name(approval_id: str, retry: int = 0) -> str:
+    """``apr_…`` for the first execution, ``apr_…-r<n>`` for retry ``n`` (``n >= 1``)."""
+    _check_approval_id(approval_id)
+    if not isinstance(retry, int) or isinstance(retry, bool) or retry < 0:
+        raise ValueError("retry must be an int >= 0")
+    name = approval_id if retry == 0 else f"{approval_id}-r{retry}"
+    if len(name) > MAX_EXECUTION_NAME:
+        raise ValueError(f"execution name longer than {MAX_EXECUTION_NAME} characters")
+    if any(c.isspace() or not c.isprintable() or c in _FORBIDDEN_IN_NAMES for c in name):
+        raise ValueError("execution name has a character Step Functions rejects")
+    return name
+
+
+def flow_input(approval_id: str) -> dict[str, Any]:
+    """The execution input, with fresh audit event ids for the completion and the failure rows."""
+    _check_approval_id(approval_id)
+    return {"approvalId": approval_id, "eventIds": {"completed": ulid(), "failed": ulid()}}

@@ -1,0 +1,167 @@
+"""Hand-off tickets: a customer asked for a person.
+
+Tickets live in the Approvals table as ``entity = HANDOFF`` items (id ``hof_`` + ULID), so leads
+list them through the same ``by_created``/``by_status`` indexes. At most one is open per
+conversation: the conversation header's ``open_handoff_id`` is set in the same transaction that
+creates the ticket, conditioned on being absent, and removed when a lead closes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from support_agent.ids import ulid
+from support_agent.store.audit import AuditRecord
+from support_agent.store.dynamo import DynamoDBClient, error_code, from_item, to_item, to_values
+
+ENTITY = "HANDOFF"
+
+
+class HandoffConflict(Exception):
+    def __init__(self, current: dict[str, Any] | None) -> None:
+        super().__init__("hand-off state conflict")
+        self.current = current
+
+
+class HandoffStore:
+    def __init__(self, client: DynamoDBClient, table: str, conversations_table: str, audit_table: str) -> None:
+        self._db = client
+        self.table = table
+        self._conversations = conversations_table
+        self._audit = audit_table
+
+    def get(self, handoff_id: str) -> dict[str, Any] | None:
+        out = self._db.get_item(TableName=self.table, Key=to_item({"approval_id": handoff_id}), ConsistentRead=True)
+        item = out.get("Item")
+        return from_item(item) if item and item.get("entity", {}).get("S") == ENTITY else None
+
+    def open_for(self, conversation_id: str) -> dict[str, Any] | None:
+        out = self._db.get_item(
+            TableName=self._conversations,
+            Key=to_item({"conversation_id": conversation_id, "seq": 0}),
+            ConsistentRead=True,
+            ProjectionExpression="open_handoff_id",
+        )
+        hid = from_item(out.get("Item") or {}).get("open_handoff_id")
+        return self.get(hid) if hid else None
+
+    def open(
+        self,
+        conversation_id: str,
+        customer_id: int,
+        reason: str,
+        actor: str,
+        tool_use_id: str,
+        request_id: str,
+        now: str,
+    ) -> tuple[dict[str, Any], bool]:
+        """Open a ticket unless one is open for the conversation; returns (ticket, created)."""
+        handoff_id = f"hof_{ulid()}"
+        ticket = {
+            "approval_id": handoff_id,
+            "entity": ENTITY,
+            "status": "OPEN",
+            "customer_id": customer_id,
+            "conversation_id": conversation_id,
+            "reason": reason,
+            "tool_use_id": tool_use_id,
+            "requested_by": actor,
+            "created_at": now,
+        }
+        audit = AuditRecord(
+            stream=conversation_id,
+            action="handoff_opened",
+            actor=actor,
+            outcome="OPEN",
+            customer_id=customer_id,
+            created_at=now,
+            tool="escalate_to_human",
+            input={"reason": reason},
+            output={"handoff_id": handoff_id},
+            conversation_id=conversation_id,
+            request_id=request_id,
+            tool_use_id=tool_use_id,
+        )
+        try:
+            self._db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.table,
+                            "Item": to_item(ticket),
+                            "ConditionExpression": "attribute_not_exists(approval_id)",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._conversations,
+                            "Key": to_item({"conversation_id": conversation_id, "seq": 0}),
+                            "UpdateExpression": "SET open_handoff_id = :h",
+                            "ConditionExpression": "attribute_exists(conversation_id) AND "
+                            "attribute_not_exists(open_handoff_id)",
+                            "ExpressionAttributeValues": to_values({":h": handoff_id}),
+                        }
+                    },
+                    audit.put(self._audit),  # type: ignore[list-item]
+                ]
+            )
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            current = self.open_for(conversation_id)
+            if current is None:
+                raise
+            return current, False
+        return ticket, True
+
+    def close(self, handoff_id: str, lead: str, now: str, note: str | None = None) -> dict[str, Any]:
+        ticket = self.get(handoff_id)
+        if ticket is None or ticket["status"] != "OPEN":
+            raise HandoffConflict(ticket)
+        audit = AuditRecord(
+            stream=ticket["conversation_id"],
+            action="handoff_closed",
+            actor=lead,
+            outcome="CLOSED",
+            customer_id=int(ticket["customer_id"]),
+            created_at=now,
+            input={"note": note} if note else None,
+            output={"handoff_id": handoff_id},
+            conversation_id=ticket["conversation_id"],
+        )
+        try:
+            self._db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": to_item({"approval_id": handoff_id}),
+                            "UpdateExpression": "SET #st = :closed, closed_by = :lead, closed_at = :now",
+                            "ConditionExpression": "#st = :open",
+                            "ExpressionAttributeNames": {"#st": "status"},
+                            "ExpressionAttributeValues": to_values(
+                                {":closed": "CLOSED", ":open": "OPEN", ":lead": lead, ":now": now}
+                            ),
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._conversations,
+                            "Key": to_item({"conversation_id": ticket["conversation_id"], "seq": 0}),
+                            "UpdateExpression": "REMOVE open_handoff_id",
+                            "ConditionExpression": "open_handoff_id = :h",
+                            "ExpressionAttributeValues": to_values({":h": handoff_id}),
+                        }
+                    },
+                    audit.put(self._audit),  # type: ignore[list-item]
+                ]
+            )
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            raise HandoffConflict(self.get(handoff_id)) from None
+        closed = self.get(handoff_id)
+        assert closed is not None
+        return closed

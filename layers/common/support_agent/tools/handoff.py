@@ -1,0 +1,58 @@
+"""escalate_to_human: the customer wants a person. One open ticket per conversation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from support_agent.store.handoffs import HandoffStore
+from support_agent.tools.registry import Tool, ToolContext
+
+
+class EscalateInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(..., min_length=1, max_length=500, description="Why the customer needs a person.")
+
+
+def _view(ticket: dict[str, Any], created: bool) -> dict[str, Any]:
+    return {
+        "status": "HANDOFF_OPENED" if created else "HANDOFF_ALREADY_OPEN",
+        "handoff_id": ticket["approval_id"],
+        "message": "A support teammate will follow up with the customer in this conversation.",
+    }
+
+
+def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
+    def recorded(args: EscalateInput, ctx: ToolContext) -> dict[str, Any] | None:
+        ticket = store.open_for(ctx.conversation_id)
+        if ticket is not None and ticket.get("tool_use_id") == ctx.tool_use_id:
+            return _view(ticket, True)
+        return None
+
+    def escalate(args: EscalateInput, ctx: ToolContext) -> dict[str, Any]:
+        prior = recorded(args, ctx)
+        if prior is not None:
+            return prior
+        ticket, created = store.open(
+            ctx.conversation_id,
+            ctx.customer_id,
+            args.reason,
+            ctx.principal.sub,
+            ctx.tool_use_id,
+            ctx.request_id,
+            ctx.now,
+        )
+        return _view(ticket, created)
+
+    return [
+        Tool(
+            "escalate_to_human",
+            "Hand the conversation to a human support teammate. Use it when the customer asks for a "
+            "person, or when you cannot resolve the request with the other tools. Then tell the "
+            "customer a teammate will follow up.",
+            EscalateInput,
+            escalate,
+            recorded=recorded,
+        )
+    ]

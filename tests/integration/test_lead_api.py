@@ -1,0 +1,252 @@
+"""The support lead's API on the deployed template: approvals, RefundFlow in moto, hand-offs, audit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import boto3
+
+from tests.integration.conftest import Api
+from tests.support.scripted import answer, tool_use, tools
+
+
+def raise_approval(api: Api, order: int, amount: int, customer: int = 7) -> tuple[str, str]:
+    """Through the real chat path: a refund over the threshold becomes a PENDING approval."""
+    api.model.script = [
+        tools(tool_use("request_refund", {"order_id": order, "amount_cents": amount, "reason": "damaged"})),
+        answer("A teammate must approve this refund."),
+    ]
+    token = api.token(f"customer-{customer}", customer_id=customer)
+    status, body, _ = api.call("POST", "/api/chat", {"message": f"refund {order}"}, token=token)
+    assert status == 200, body
+    result = body["trace"][0]["toolCalls"][0]["result"]
+    assert result["status"] == "PENDING_APPROVAL", result
+    return result["approval_id"], body["conversationId"]
+
+
+def order(api: Api, order_id: int, customer: int = 7) -> dict[str, int]:
+    table = api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"]
+    item = boto3.client("dynamodb").get_item(
+        TableName=table, Key={"customer_id": {"N": str(customer)}, "sk": {"S": f"ORDER#{order_id}"}}
+    )["Item"]
+    return {k: int(item[k]["N"]) for k in ("total_cents", "available_cents", "reserved_cents", "refunded_cents")}
+
+
+def refund_rows(api: Api, customer: int, approval_id: str) -> int:
+    table = api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"]
+    out = boto3.client("dynamodb").query(
+        TableName=table,
+        KeyConditionExpression="customer_id = :c AND sk = :s",
+        ExpressionAttributeValues={":c": {"N": str(customer)}, ":s": {"S": f"REFUND#{approval_id}"}},
+    )
+    return len(out["Items"])
+
+
+def invariant(o: dict[str, int]) -> None:
+    assert o["available_cents"] + o["reserved_cents"] + o["refunded_cents"] == o["total_cents"]
+    assert min(o.values()) >= 0
+
+
+def wait_status(api: Api, approval_id: str, wanted: str, seconds: float = 10) -> dict[str, Any]:
+    until = time.monotonic() + seconds
+    while True:
+        _, body, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
+        if body["status"] == wanted or time.monotonic() > until:
+            return body
+        time.sleep(0.1)
+
+
+def test_customer_can_never_approve(api: Api) -> None:
+    approval_id, _ = raise_approval(api, 1044, 16000)
+    for action in ("approve", "reject", "retry", "release"):
+        status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/{action}")
+        assert (status, body["error"]["code"]) == (403, "forbidden")
+    status, _, _ = api.call("GET", "/api/approvals")
+    assert status == 403
+    assert api.call("GET", f"/api/approvals/{approval_id}", token=None)[0] == 401
+
+
+def test_approve_completes_refund_exactly_once(api: Api) -> None:
+    approval_id, cid = raise_approval(api, 1042, 18900)
+    status, body, _ = api.call("GET", "/api/approvals?status=PENDING", token=api.lead())
+    assert status == 200 and approval_id in [a["approvalId"] for a in body["approvals"]]
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+    assert status in (200, 202), body
+    assert body["decidedBy"] == "lead-1"
+    final = wait_status(api, approval_id, "REFUNDED")
+    assert final["status"] == "REFUNDED"
+    # Approving again answers the current state; rejecting now is a conflict.
+    status, again, _ = api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+    assert (status, again["status"]) == (200, "REFUNDED")
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/reject", token=api.lead())
+    assert (status, body["error"]["code"]) == (409, "conflict")
+    o = order(api, 1042)
+    invariant(o)
+    assert (o["reserved_cents"], o["refunded_cents"]) == (0, 18900)
+    assert refund_rows(api, 7, approval_id) == 1
+    # The customer sees it in the conversation; the lead sees the whole trail.
+    _, view, _ = api.call("GET", f"/api/conversations/{cid}")
+    assert view["refunds"][0]["status"] == "REFUNDED"
+    _, trail, _ = api.call("GET", f"/api/audit?conversationId={cid}", token=api.lead())
+    actions = [r["action"] for r in trail["records"]]
+    assert {"tool_call", "refund_requested", "approval_approved", "refund_completed"} <= set(actions)
+    assert [r["eventId"] for r in trail["records"]] == sorted(r["eventId"] for r in trail["records"])
+
+
+def test_reject_releases_reservation(api: Api) -> None:
+    approval_id, _ = raise_approval(api, 2001, 7400, customer=8)
+    assert order(api, 2001, 8)["reserved_cents"] == 7400
+    status, body, _ = api.call(
+        "POST", f"/api/approvals/{approval_id}/reject", {"reason": "not eligible"}, token=api.lead()
+    )
+    assert (status, body["status"]) == (200, "REJECTED")
+    o = order(api, 2001, 8)
+    invariant(o)
+    assert (o["available_cents"], o["reserved_cents"]) == (7400, 0)
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+    assert (status, body["error"]["code"]) == (409, "conflict")
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/reject", token=api.lead())
+    assert (status, body["status"]) == (200, "REJECTED")  # an idempotent repeat
+    _, trail, _ = api.call("GET", "/api/audit?customerId=8", token=api.lead())
+    assert "approval_rejected" in [r["action"] for r in trail["records"]]
+
+
+def test_ten_concurrent_approves_one_refund_no_5xx(api: Api) -> None:
+    put_order(api, 7, 1999, 16000)
+    approval_id, _ = raise_approval(api, 1999, 16000)
+    api.use_function("ApprovalsFunction")
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def approve() -> None:
+        status, _, _ = api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+        with lock:
+            statuses.append(status)
+
+    threads = [threading.Thread(target=approve) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(statuses) == 10 and all(s in (200, 202) for s in statuses), statuses
+    assert wait_status(api, approval_id, "REFUNDED")["status"] == "REFUNDED"
+    assert refund_rows(api, 7, approval_id) == 1
+    o = order(api, 1999)
+    invariant(o)
+    assert o["refunded_cents"] == 16000
+
+
+def test_unknown_and_malformed_ids_are_404(api: Api) -> None:
+    for path in (
+        "/api/approvals/apr_01JF3R0000000000000000000Z",
+        "/api/approvals/not-an-id",
+        "/api/approvals/apr_01JF3R0000000000000000000Z:evil",
+    ):
+        status, body, _ = api.call("GET", path, token=api.lead())
+        assert (status, body["error"]["code"]) == (404, "not_found"), path
+    status, _, _ = api.call("POST", "/api/approvals/apr_01JF3R0000000000000000000Z/approve", token=api.lead())
+    assert status == 404
+    status, _, _ = api.call("GET", "/api/approvals?status=BOGUS", token=api.lead())
+    assert status == 400
+
+
+def test_failed_refund_retry_and_release(api: Api) -> None:
+    ddb = boto3.client("dynamodb")
+    table = api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"]
+    key = {"customer_id": {"N": "8"}, "sk": {"S": "ORDER#2998"}}
+    put_order(api, 8, 2998, 8000)
+    approval_id, _ = raise_approval(api, 2998, 8000, customer=8)
+    # Someone changed the order underneath: the reservation is gone.
+    break_reservation(api, 8, 2998, 8000)
+    api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+    assert wait_status(api, approval_id, "FAILED", 20)["status"] == "FAILED"
+    assert refund_rows(api, 8, approval_id) == 0
+    # Put the reservation back, retry: REFUNDED.
+    ddb.update_item(
+        TableName=table,
+        Key=key,
+        UpdateExpression="SET reserved_cents = :r, available_cents = :z",
+        ExpressionAttributeValues={":z": {"N": "0"}, ":r": {"N": "8000"}},
+    )
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/retry", token=api.lead())
+    assert status in (200, 202), body
+    assert wait_status(api, approval_id, "REFUNDED", 20)["status"] == "REFUNDED"
+    assert refund_rows(api, 8, approval_id) == 1
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/release", token=api.lead())
+    assert status == 409
+
+
+def put_order(api: Api, customer: int, order_id: int, total: int) -> None:
+    from support_agent.store.dynamo import to_item
+
+    boto3.client("dynamodb").put_item(
+        TableName=api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"],
+        Item=to_item(
+            {
+                "customer_id": customer,
+                "sk": f"ORDER#{order_id}",
+                "order_id": order_id,
+                "status": "DELIVERED",
+                "total_cents": total,
+                "currency": "USD",
+                "available_cents": total,
+                "reserved_cents": 0,
+                "refunded_cents": 0,
+                "items": [],
+            }
+        ),
+    )
+
+
+def break_reservation(api: Api, customer: int, order_id: int, total: int) -> None:
+    boto3.client("dynamodb").update_item(
+        TableName=api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"],
+        Key={"customer_id": {"N": str(customer)}, "sk": {"S": f"ORDER#{order_id}"}},
+        UpdateExpression="SET reserved_cents = :z, available_cents = :t",
+        ExpressionAttributeValues={":z": {"N": "0"}, ":t": {"N": str(total)}},
+    )
+
+
+def test_release_a_failed_refund(api: Api) -> None:
+    put_order(api, 8, 2999, 9000)
+    approval_id, _ = raise_approval(api, 2999, 9000, customer=8)
+    assert api.call("POST", f"/api/approvals/{approval_id}/release", token=api.lead())[0] == 409  # not FAILED
+    # Make the flow fail: the order loses its reservation underneath, then comes back as it was.
+    break_reservation(api, 8, 2999, 9000)
+    api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+    assert wait_status(api, approval_id, "FAILED", 20)["status"] == "FAILED"
+    boto3.client("dynamodb").update_item(
+        TableName=api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"],
+        Key={"customer_id": {"N": "8"}, "sk": {"S": "ORDER#2999"}},
+        UpdateExpression="SET reserved_cents = :r, available_cents = :z",
+        ExpressionAttributeValues={":z": {"N": "0"}, ":r": {"N": "9000"}},
+    )
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/release", token=api.lead())
+    assert (status, body["status"]) == (200, "RELEASED")
+    o = order(api, 2999, 8)
+    invariant(o)
+    assert (o["available_cents"], o["reserved_cents"], o["refunded_cents"]) == (9000, 0, 0)
+    assert api.call("POST", f"/api/approvals/{approval_id}/retry", token=api.lead())[0] == 409
+
+
+def test_handoffs_listed_and_closed_by_leads(api: Api) -> None:
+    api.model.script = [tools(tool_use("escalate_to_human", {"reason": "wants a person"})), answer("ok")]
+    _, body, _ = api.call("POST", "/api/chat", {"message": "a human please"})
+    handoff_id = body["trace"][0]["toolCalls"][0]["result"]["handoff_id"]
+    assert api.call("GET", "/api/handoffs")[0] == 403
+    status, listing, _ = api.call("GET", "/api/handoffs", token=api.lead())
+    assert status == 200 and handoff_id in [h["handoffId"] for h in listing["handoffs"]]
+    status, closed, _ = api.call("POST", f"/api/handoffs/{handoff_id}/close", {"note": "called back"}, token=api.lead())
+    assert (status, closed["status"], closed["closedBy"]) == (200, "CLOSED", "lead-1")
+    assert api.call("POST", f"/api/handoffs/{handoff_id}/close", token=api.lead())[0] == 409
+    assert api.call("POST", "/api/handoffs/hof_nope/close", token=api.lead())[0] == 404
+    _, listing, _ = api.call("GET", "/api/handoffs", token=api.lead())
+    assert handoff_id not in [h["handoffId"] for h in listing["handoffs"]]
+
+
+def test_audit_needs_exactly_one_filter(api: Api) -> None:
+    assert api.call("GET", "/api/audit", token=api.lead())[0] == 400
+    assert api.call("GET", "/api/audit?conversationId=x&customerId=7", token=api.lead())[0] == 400
+    assert api.call("GET", "/api/audit?customerId=7")[0] == 403

@@ -1,0 +1,286 @@
+/*
+ * Shared helpers for the chat page and the lead console: API calls, token
+ * handling, formatting. Plain script, no build step; exposes window.SA.
+ */
+(function () {
+  "use strict";
+
+  var base = String(window.SUPPORT_AGENT_API_BASE || "").replace(/\/+$/, "");
+
+  /** An error answered by the API ({"error": {"code", "message"}}) or the network. */
+  function ApiError(status, code, message, retryAfter) {
+    this.name = "ApiError";
+    this.status = status;
+    this.code = code;
+    this.message = message;
+    this.retryAfter = retryAfter;
+  }
+  ApiError.prototype = Object.create(Error.prototype);
+  ApiError.prototype.constructor = ApiError;
+
+  /**
+   * Call the API. Resolves {status, data}; rejects with ApiError.
+   * opts: {method, body (object, sent as JSON), token}
+   */
+  function api(path, opts) {
+    opts = opts || {};
+    var headers = { Accept: "application/json" };
+    if (opts.token) headers.Authorization = "Bearer " + opts.token;
+    var init = { method: opts.method || "GET", headers: headers, cache: "no-store" };
+    if (opts.body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(opts.body);
+    }
+    return fetch(base + path, init).then(
+      function (res) {
+        return res.text().then(function (text) {
+          var data = null;
+          if (text) {
+            try {
+              data = JSON.parse(text);
+            } catch (e) {
+              data = null;
+            }
+          }
+          if (res.ok) return { status: res.status, data: data };
+          var err = (data && data.error) || {};
+          var retry = res.headers.get("Retry-After");
+          throw new ApiError(
+            res.status,
+            err.code || "http_" + res.status,
+            err.message || res.statusText || "Request failed",
+            retry
+          );
+        });
+      },
+      function (e) {
+        throw new ApiError(0, "network_error", "Could not reach the API" + (base ? " at " + base : "") + " (" + (e && e.message ? e.message : e) + ")", null);
+      }
+    );
+  }
+
+  /** Dev tokens (local stack only). Resolves null when the API has none. */
+  function devTokens() {
+    return api("/api/dev/tokens").then(
+      function (r) {
+        return r.data && (r.data.customers || r.data.leads) ? r.data : null;
+      },
+      function () {
+        return null;
+      }
+    );
+  }
+
+  function health() {
+    return api("/api/health").then(
+      function (r) {
+        return r.data || null;
+      },
+      function () {
+        return null;
+      }
+    );
+  }
+
+  /** Shows the simulated-model banner when the dev tokens or health say so. */
+  function detectSimulated(tokens) {
+    if (tokens && tokens.simulatedModel === true) return Promise.resolve(true);
+    return health().then(function (h) {
+      return !!(h && h.simulatedModel === true);
+    });
+  }
+
+  /** Decodes a JWT's payload for display only (never trusted: the API verifies it). */
+  function claims(token) {
+    try {
+      var part = String(token).split(".")[1];
+      part = part.replace(/-/g, "+").replace(/_/g, "/");
+      while (part.length % 4) part += "=";
+      var bin = atob(part);
+      var bytes = new Uint8Array(bin.length);
+      for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      return JSON.parse(new TextDecoder().decode(bytes));
+    } catch (e) {
+      return null;
+    }
+  }
+
+  var store = {
+    get: function (key) {
+      try {
+        return window.sessionStorage.getItem("supportAgent." + key);
+      } catch (e) {
+        return null;
+      }
+    },
+    set: function (key, value) {
+      try {
+        if (value === null || value === undefined) window.sessionStorage.removeItem("supportAgent." + key);
+        else window.sessionStorage.setItem("supportAgent." + key, value);
+      } catch (e) {
+        /* storage unavailable: the session simply is not remembered */
+      }
+    },
+  };
+
+  var ZERO_DECIMALS = { BIF: 1, CLP: 1, DJF: 1, GNF: 1, ISK: 1, JPY: 1, KMF: 1, KRW: 1, PYG: 1, RWF: 1, UGX: 1, VND: 1, VUV: 1, XAF: 1, XOF: 1, XPF: 1 };
+  var THREE_DECIMALS = { BHD: 1, IQD: 1, JOD: 1, KWD: 1, LYD: 1, OMR: 1, TND: 1 };
+
+  /** 18900, "USD" → "189.00 USD" (integer arithmetic, no floating point). */
+  function money(cents, currency) {
+    if (cents === null || cents === undefined || cents === "") return "—";
+    var n = Number(cents);
+    if (!isFinite(n)) return String(cents);
+    var cur = currency ? String(currency).toUpperCase() : "";
+    var digits = ZERO_DECIMALS[cur] ? 0 : THREE_DECIMALS[cur] ? 3 : 2;
+    var neg = n < 0;
+    var abs = Math.abs(Math.round(n));
+    var div = Math.pow(10, digits);
+    var whole = Math.floor(abs / div);
+    var frac = String(abs % div);
+    while (frac.length < digits) frac = "0" + frac;
+    var text = (neg ? "-" : "") + whole + (digits ? "." + frac : "");
+    return cur ? text + " " + cur : text;
+  }
+
+  function parseTime(iso) {
+    if (!iso) return null;
+    var t = Date.parse(iso);
+    return isNaN(t) ? null : new Date(t);
+  }
+
+  /** "just now", "3 min ago", "2 h ago", "4 days ago". */
+  function age(iso, now) {
+    var d = parseTime(iso);
+    if (!d) return "—";
+    var s = Math.max(0, Math.round(((now || Date.now()) - d.getTime()) / 1000));
+    if (s < 45) return "just now";
+    var m = Math.round(s / 60);
+    if (m < 60) return m + " min ago";
+    var h = Math.round(m / 60);
+    if (h < 48) return h + " h ago";
+    return Math.round(h / 24) + " days ago";
+  }
+
+  function time(iso) {
+    var d = parseTime(iso);
+    if (!d) return iso || "—";
+    return d.toLocaleString();
+  }
+
+  /** Pretty JSON for display. */
+  function json(value) {
+    if (value === undefined) return "";
+    if (typeof value === "string") return value;
+    try {
+      return JSON.stringify(value, null, 2);
+    } catch (e) {
+      return String(value);
+    }
+  }
+
+  /** One-line JSON, cut to max characters. */
+  function shortJson(value, max) {
+    if (value === undefined || value === null) return "";
+    var text;
+    try {
+      text = typeof value === "string" ? value : JSON.stringify(value);
+    } catch (e) {
+      text = String(value);
+    }
+    max = max || 80;
+    return text.length > max ? text.slice(0, max - 1) + "…" : text;
+  }
+
+  /**
+   * Element builder: h("div", {class: "x", "data-id": 1, onclick: fn}, child, "text", [more]).
+   * Strings become text nodes (never HTML).
+   */
+  function h(tag, attrs) {
+    var el = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) {
+        var v = attrs[k];
+        if (v === null || v === undefined || v === false) return;
+        if (k.slice(0, 2) === "on" && typeof v === "function") el.addEventListener(k.slice(2), v);
+        else if (k === "class") el.className = v;
+        else if (k === "text") el.textContent = v;
+        else if (k in el && typeof v !== "string" && k !== "style") el[k] = v;
+        else el.setAttribute(k, v === true ? "" : String(v));
+      });
+    }
+    for (var i = 2; i < arguments.length; i++) append(el, arguments[i]);
+    return el;
+  }
+
+  function append(el, child) {
+    if (child === null || child === undefined || child === false) return;
+    if (Array.isArray(child)) {
+      child.forEach(function (c) {
+        append(el, c);
+      });
+    } else if (typeof child === "object" && child.nodeType) {
+      el.appendChild(child);
+    } else {
+      el.appendChild(document.createTextNode(String(child)));
+    }
+  }
+
+  function clear(el) {
+    while (el.firstChild) el.removeChild(el.firstChild);
+    return el;
+  }
+
+  function $(id) {
+    return document.getElementById(id);
+  }
+
+  /** Renders an ApiError (message + code + status) into an alert box. */
+  function showError(box, err, context) {
+    clear(box);
+    if (!err) {
+      box.hidden = true;
+      return;
+    }
+    var code = err.code || "error";
+    var status = err.status ? " · HTTP " + err.status : "";
+    box.appendChild(
+      h(
+        "p",
+        null,
+        context ? h("strong", null, context + ": ") : null,
+        h("span", { class: "error-message" }, err.message || String(err)),
+        " ",
+        h("code", { class: "error-code" }, code + status)
+      )
+    );
+    if (err.retryAfter) box.appendChild(h("p", { class: "error-retry" }, "Try again in " + err.retryAfter + " s."));
+    box.hidden = false;
+  }
+
+  function setBanner(simulated) {
+    var b = $("simulated-banner");
+    if (b) b.hidden = !simulated;
+  }
+
+  window.SA = {
+    base: base,
+    ApiError: ApiError,
+    api: api,
+    devTokens: devTokens,
+    health: health,
+    detectSimulated: detectSimulated,
+    claims: claims,
+    store: store,
+    money: money,
+    age: age,
+    time: time,
+    json: json,
+    shortJson: shortJson,
+    h: h,
+    clear: clear,
+    $: $,
+    showError: showError,
+    setBanner: setBanner,
+  };
+})();

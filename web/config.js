@@ -1,0 +1,14 @@
+/*
+ * Where the pages find the API.
+ *
+ * ""  (the default) — same origin: the pages are served by the API itself,
+ *     as `make dev` does on http://127.0.0.1:3000.
+ *
+ * To use these pages against a deployed stack, set the HTTP API's URL, e.g.
+ *   window.SUPPORT_AGENT_API_BASE = "https://abc123.execute-api.eu-west-1.amazonaws.com";
+ * (no trailing slash; the pages append /api/...). The page's origin must be in
+ * the template's AllowedOrigins parameter (CORS is configured on the HttpApi).
+ * A deployed API has no /api/dev/tokens, so the pages then ask for a token to
+ * be pasted (a JWT from your identity provider).
+ */
+window.SUPPORT_AGENT_API_BASE = "";
