@@ -49,7 +49,11 @@ class LocalStack:
 
 
 def _moto(port: int) -> tuple[Any, str]:
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -1,0 +1,46 @@
+"""The local stack end to end over HTTP: the seed scenario through approval to REFUNDED."""
+
+from __future__ import annotations
+
+import httpx
+
+from devstack.demo import run
+from devstack.local import LocalStack
+
+
+def test_seed_scenario_through_approval_to_refunded(local_stack: LocalStack) -> None:
+    printed: list[str] = []
+    outcome = run(local_stack, printed.append)
+    turn = outcome["turn"]
+    assert turn["stopReason"] == "end_turn" and turn["iterations"] == 3
+    assert turn["reply"].startswith("[simulated model]")
+    names = [c["name"] for it in turn["trace"] for c in it["toolCalls"]]
+    assert names == ["lookup_order", "request_refund"]
+    assert outcome["approval"]["status"] == "REFUNDED"
+    assert printed[0].startswith("POST /api/chat") and any("[iter 2]" in line for line in printed)
+
+
+def test_routes_errors_and_pages(local_stack: LocalStack) -> None:
+    client = httpx.Client(base_url=local_stack.url, timeout=30)
+    assert client.get("/api/health").json() == {"status": "ok"}
+    unknown = client.get("/api/nope")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    assert client.post("/api/chat", json={"message": "hi"}).status_code == 401
+    lead = local_stack.tokens["leads"][0]["token"]
+    forbidden = client.post("/api/chat", json={"message": "hi"}, headers={"Authorization": f"Bearer {lead}"})
+    assert forbidden.status_code == 403
+    assert "<html" in client.get("/").text.lower() and "<html" in client.get("/lead").text.lower()
+
+
+def test_follow_up_in_the_same_conversation(local_stack: LocalStack) -> None:
+    customer = local_stack.tokens["customers"][1]  # Sam, customer 8
+    auth = {"Authorization": f"Bearer {customer['token']}"}
+    client = httpx.Client(base_url=local_stack.url, timeout=30)
+    first = client.post("/api/chat", json={"message": "What is the status of order 2001?"}, headers=auth).json()
+    second = client.post(
+        "/api/chat", json={"conversationId": first["conversationId"], "message": "Please refund it."}, headers=auth
+    ).json()
+    refund = [c for it in second["trace"] for c in it["toolCalls"] if c["name"] == "request_refund"]
+    assert refund and refund[0]["input"]["order_id"] == 2001
+    view = client.get(f"/api/conversations/{first['conversationId']}", headers=auth).json()
+    assert len(view["refunds"]) == 1 and view["refunds"][0]["orderId"] == 2001
