@@ -5,8 +5,12 @@ PY     := $(VENV)/bin/python
 # The layer's package and devstack are plain source trees, importable the way Lambda sees them.
 export PYTHONPATH := $(CURDIR)/layers/common:$(CURDIR)
 STAMP  := $(VENV)/.installed-stamp
+# The SAM CLI lives in its own venv (its pins clash with the project's); uv installs it in seconds.
+SAM_VENV        := .venv-sam
+SAM_CLI_VERSION := 1.170.0
+SAM_STAMP       := $(SAM_VENV)/.installed-sam-$(SAM_CLI_VERSION)
 
-.PHONY: dev demo test lint unit live tokens clean
+.PHONY: dev demo test lint unit live tokens openapi sam smoke bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -24,7 +28,7 @@ demo: $(STAMP)
 	$(PY) -m devstack.demo
 
 ## make test: lint, types and the whole offline suite (unit + integration on template.yaml in moto)
-test: lint
+test: lint $(SAM_STAMP)
 	$(VENV)/bin/pytest -q
 
 lint: $(STAMP)
@@ -44,5 +48,36 @@ live: $(STAMP)
 tokens: $(STAMP)
 	$(PY) -m devstack.tokens
 
+## make openapi: regenerate docs/openapi.json from the routes (a unit test fails when it is stale)
+openapi: $(STAMP)
+	$(PY) -m support_agent.api.openapi > docs/openapi.json.tmp && mv docs/openapi.json.tmp docs/openapi.json
+
+## make sam: the SAM CLI in .venv-sam/ (the smoke test's `sam build`; also `$(SAM_VENV)/bin/sam deploy`)
+sam: $(SAM_STAMP)
+
+$(SAM_STAMP):
+	test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip install -q uv
+	$(SAM_VENV)/bin/uv pip install -q --python $(SAM_VENV)/bin/python 'aws-sam-cli==$(SAM_CLI_VERSION)'
+	touch $(SAM_STAMP)
+
+## make smoke: sam build (x86_64 and arm64); each built function serves an event from events/ under python3.13
+smoke: $(STAMP) $(SAM_STAMP)
+	$(VENV)/bin/pytest -q tests/smoke
+
+## make bench: cold starts, loop overhead, AWS calls, prompt cache and long conversations, side by side
+## with the peer frameworks (installed into bench/.venv-peers, never .venv); writes docs/PERFORMANCE.md
+PEERS_VENV  := bench/.venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+
+$(PEERS_STAMP): bench/requirements-peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q -r bench/requirements-peers.txt
+	touch $(PEERS_STAMP)
+
+bench: $(STAMP) $(PEERS_STAMP)
+	$(PY) -m bench
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(SAM_VENV) $(PEERS_VENV) .aws-sam-smoke .pytest_cache .mypy_cache .ruff_cache .hypothesis

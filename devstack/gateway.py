@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from devstack import apidocs
 from devstack.functions import FunctionError, FunctionPool
 from devstack.stack import REPO_ROOT, Route
 
@@ -102,6 +103,14 @@ def api_event(
 class Gateway(ThreadingHTTPServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that leaves mid-request is not an error worth a traceback."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
+            return
+        super().handle_error(request, client_address)
+
     def __init__(
         self,
         address: tuple[str, int],
@@ -142,6 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path in self.server.extra and self.command == "GET":
             self._json(200, self.server.extra[url.path]())
             return
+        docs = apidocs.serve(url.path) if self.command in ("GET", "HEAD") else None
+        if docs is not None:  # Swagger UI and the committed OpenAPI document (local only)
+            self._send(200, docs[0], {"Content-Type": docs[1], "Cache-Control": "no-cache"})
+            return
         found = match(self.server.routes, self.command, url.path)
         if found is None:
             if not url.path.startswith("/api/") and self.command in ("GET", "HEAD"):
@@ -180,6 +193,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, Path(target).read_bytes(), {"Content-Type": ctype, "Cache-Control": "no-cache"})
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+    def __getattr__(self, name: str) -> Any:
+        # API Gateway routes any method (TRACE, PROPFIND…): unmatched, it is the contract's 404, never
+        # http.server's HTML 501.
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
 
     def do_OPTIONS(self) -> None:  # CORS preflight, as the template's CorsConfiguration allows
         self._send(

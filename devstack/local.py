@@ -115,17 +115,26 @@ def start(
         seed(session.client("dynamodb", endpoint_url=moto_url), stack.physical_ids["CustomerDataTable"])
 
         overrides = {"JWT_SECRET": secret, "TRANSPARENCY": "verbose", "POWERTOOLS_LOG_LEVEL": "WARNING"}
-        simulated = not env.get("ANTHROPIC_API_KEY")
+        # LLM_PROVIDER=openai make dev: the same simulated brain over OpenAI chat completions, or a
+        # real OpenAI-compatible endpoint when OPENAI_BASE_URL is set (Bedrock needs real AWS).
+        openai = env.get("LLM_PROVIDER") == "openai"
+        simulated = not env.get("OPENAI_BASE_URL" if openai else "ANTHROPIC_API_KEY")
         if simulated:
             from devstack.simulated_model import start as start_model
 
             model = start_model(port=0)
             local._stoppers.append(model.stop)
             overrides.update(ANTHROPIC_API_KEY="simulated-local-key", ANTHROPIC_BASE_URL=model.url)
+            overrides.update(OPENAI_API_KEY="simulated-local-key", OPENAI_BASE_URL=f"{model.url}/v1")
+        elif openai:
+            passed = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_MAX_TOKENS_PARAM")
+            overrides.update({k: env[k] for k in passed if env.get(k)})
         else:
             overrides["ANTHROPIC_API_KEY"] = env["ANTHROPIC_API_KEY"]
             if env.get("ANTHROPIC_BASE_URL"):
                 overrides["ANTHROPIC_BASE_URL"] = env["ANTHROPIC_BASE_URL"]
+        if openai:
+            overrides["LLM_PROVIDER"] = "openai"
         pools = pools_for(stack, {**_plain_env(env), **aws_env}, overrides)
         local._stoppers.append(lambda: [p.close() for p in pools.values()])
         for pool in pools.values():  # cold starts now, not on the first request
@@ -175,6 +184,7 @@ def banner(local: LocalStack) -> str:
         f"  chat page      {local.url}/",
         f"  lead console   {local.url}/lead",
         f"  API            {local.url}/api/health",
+        f"  API docs       {local.url}/api/docs   (Swagger UI of docs/openapi.json)",
         f"  local AWS      {local.moto_url}   (moto; AWS_ENDPOINT_URL for the AWS CLI and sam local)",
         f"  sam local env  {local.env_file}",
         f"  model          {MODEL_SIMULATED if local.simulated else 'Anthropic Messages API'}",

@@ -29,6 +29,10 @@ The rules (stateless: everything comes from the request's messages):
   a polite text saying what it can help with.
 * Tools are only called when the request offers them, never with ``tool_choice`` ``none``.
 
+It also speaks OpenAI chat completions (``POST /v1/chat/completions``, ``Authorization: Bearer``)
+through a translation layer in front of the same rules, so the local stack runs with
+``LLM_PROVIDER=openai`` too (``OPENAI_BASE_URL={url}/v1``).
+
 Run it standalone with ``python -m devstack.simulated_model [--host H] [--port P]``.
 """
 
@@ -41,6 +45,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -790,6 +795,175 @@ def encode_sse(events: list[tuple[str, Json]]) -> bytes:
     ).encode("utf-8")
 
 
+# -- the OpenAI-compatible face ---------------------------------------------------------------------
+#
+# ``POST /v1/chat/completions`` with the same brain: the request is checked the way OpenAI checks
+# what matters to a client (tool messages answer the preceding ``tool_calls``, ``tool_choice`` only
+# with tools...), translated to a Messages request with the agent's own translation layer
+# (``support_agent.llm.translate``), decided by ``build_message``, and the answer translated back
+# into a ``chat.completion``. Errors have OpenAI's shape: ``{"error": {"message", "type", "param",
+# "code"}}``.
+
+OPENAI_DEFAULT_MAX_TOKENS = 4096
+_OPENAI_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class OpenAIError(ApiError):
+    def __init__(self, status: int, message: str, error_type: str = "invalid_request_error", param: str = "") -> None:
+        super().__init__(status, error_type, message)
+        self.param = param
+
+    def body(self) -> Json:
+        return {"error": {"message": self.message, "type": self.error_type, "param": self.param or None, "code": None}}
+
+
+def check_openai_headers(headers: Mapping[str, str]) -> None:
+    lowered = {k.lower(): v for k, v in headers.items()}
+    scheme, _, token = lowered.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise OpenAIError(401, "You didn't provide an API key (Authorization: Bearer).", "invalid_request_error")
+
+
+def _openai_text_ok(content: Any) -> bool:
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+    )
+
+
+def validate_openai(body: Json) -> None:
+    """OpenAI's checks that matter for a client of it; 400 on the first failure."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise OpenAIError(400, "you must provide a model parameter", param="model")
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        raise OpenAIError(400, "max_tokens and max_completion_tokens cannot both be set", param="max_tokens")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if name in body and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise OpenAIError(400, f"{name} must be an integer >= 1", param=name)
+    if body.get("stream"):
+        raise OpenAIError(400, "stream is not supported by the simulated model", param="stream")
+    tools = body.get("tools")
+    names: set[str] = set()
+    if tools is not None:
+        if not isinstance(tools, list) or not tools:
+            raise OpenAIError(400, "tools must be a non-empty array", param="tools")
+        for i, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(function, dict) or tool.get("type") != "function" or not function.get("name"):
+                raise OpenAIError(400, f"tools[{i}] must be {{type: function, function: {{name}}}}", param="tools")
+            if not isinstance(function.get("parameters", {}), dict):
+                raise OpenAIError(400, f"tools[{i}].function.parameters must be an object", param="tools")
+            names.add(str(function["name"]))
+    choice = body.get("tool_choice")
+    if choice is not None:
+        if not tools:
+            raise OpenAIError(400, "tool_choice is only allowed when tools are specified", param="tool_choice")
+        named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+        if choice not in ("none", "auto", "required") and named not in names:
+            raise OpenAIError(400, "tool_choice must be none, auto, required or a known function", param="tool_choice")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise OpenAIError(400, "messages must be a non-empty array", param="messages")
+    waiting: list[str] = []  # tool_call ids of the last assistant message not yet answered
+    answerable: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in _OPENAI_ROLES:
+            raise OpenAIError(400, f"messages[{i}].role must be one of {', '.join(_OPENAI_ROLES)}", param="messages")
+        assert isinstance(m, dict)
+        if role != "tool" and waiting:
+            raise OpenAIError(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(waiting)}",
+                param=f"messages.[{i}].role",
+            )
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise OpenAIError(400, f"messages[{i}].tool_calls must be an array", param="messages")
+            if m.get("content") is None and not calls:
+                raise OpenAIError(400, f"messages[{i}]: content is required without tool_calls", param="messages")
+            if m.get("content") is not None and not _openai_text_ok(m["content"]):
+                raise OpenAIError(400, f"messages[{i}].content must be a string or text parts", param="messages")
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                if (
+                    not isinstance(call.get("id"), str)
+                    or call.get("type") != "function"
+                    or not isinstance(function, dict)
+                    or not isinstance(function.get("name"), str)
+                    or not isinstance(function.get("arguments"), str)
+                ):
+                    raise OpenAIError(400, f"messages[{i}].tool_calls: invalid tool call", param="messages")
+            waiting = [str(c["id"]) for c in calls]
+            answerable = set(waiting)
+        elif role == "tool":
+            tid = m.get("tool_call_id")
+            if tid not in answerable:
+                raise OpenAIError(
+                    400,
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+                    "with 'tool_calls'.",
+                    param=f"messages.[{i}].role",
+                )
+            if not _openai_text_ok(m.get("content")):
+                raise OpenAIError(400, f"messages[{i}].content must be a string or text parts", param="messages")
+            waiting = [w for w in waiting if w != tid]
+        elif not _openai_text_ok(m.get("content")):
+            raise OpenAIError(400, f"messages[{i}].content must be a string or text parts", param="messages")
+    if waiting:
+        raise OpenAIError(400, f"tool_call_ids without response messages: {', '.join(waiting)}", param="messages")
+
+
+def anthropic_body_from_openai(body: Json) -> Json:
+    """The Messages request the brain reads, from a validated chat completions request."""
+    from support_agent.llm.translate import canonical_messages
+
+    system, messages = canonical_messages(body["messages"])
+    out: Json = {
+        "model": body["model"],
+        "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or OPENAI_DEFAULT_MAX_TOKENS,
+        "system": system,
+        "messages": messages,
+    }
+    tools = body.get("tools")
+    if tools:
+        out["tools"] = [
+            {
+                "name": t["function"]["name"],
+                "description": t["function"].get("description", ""),
+                "input_schema": t["function"].get("parameters") or {"type": "object"},
+            }
+            for t in tools
+        ]
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            out["tool_choice"] = {"type": "tool", "name": choice["function"]["name"]}
+        elif choice is not None:
+            out["tool_choice"] = {"type": {"required": "any"}.get(choice, choice)}
+        if body.get("parallel_tool_calls") is False:
+            out.setdefault("tool_choice", {"type": "auto"})["disable_parallel_tool_use"] = True
+    return out
+
+
+def build_completion(body: Json, sequence: int, created: int) -> Json:
+    """The ``chat.completion`` for a validated chat completions request."""
+    from support_agent.llm.anthropic import parse_response
+    from support_agent.llm.translate import openai_completion
+
+    message = build_message(anthropic_body_from_openai(body), sequence)
+    for block in message["content"]:  # OpenAI-style ids, as a real endpoint would send
+        if block["type"] == "tool_use":
+            block["id"] = "call_" + block["id"].removeprefix("toolu_")
+    completion_id = "chatcmpl-sim_" + message["id"].removeprefix("msg_sim_")
+    completion = openai_completion(parse_response(message), completion_id=completion_id, created=created)
+    completion["system_fingerprint"] = "fp_simulated"
+    return completion
+
+
 # -- the server -------------------------------------------------------------------------------------
 
 
@@ -820,6 +994,24 @@ class SimulatedModel:
             return Reply(200, "text/event-stream; charset=utf-8", encode_sse(stream_events(message)))
         return Reply(200, "application/json", json.dumps(message, ensure_ascii=False).encode("utf-8"))
 
+    def handle_openai(self, headers: Mapping[str, str], raw: bytes) -> Reply:
+        """``POST /v1/chat/completions``: the same brain behind the OpenAI wire format."""
+        try:
+            check_openai_headers(headers)
+            try:
+                body = json.loads(raw.decode("utf-8")) if raw else None
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise OpenAIError(400, f"We could not parse the JSON body of your request: {exc}") from None
+            if not isinstance(body, dict):
+                raise OpenAIError(400, "The request body must be a JSON object.")
+            validate_openai(body)
+        except ApiError as exc:
+            return Reply(exc.status, "application/json", json.dumps(exc.body()).encode("utf-8"))
+        with self._lock:
+            sequence = next(self._counter)
+        completion = build_completion(body, sequence, int(time.time()))
+        return Reply(200, "application/json", json.dumps(completion, ensure_ascii=False).encode("utf-8"))
+
 
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
@@ -834,7 +1026,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self._read_body()
-        if self.path.split("?", 1)[0].rstrip("/") != "/v1/messages":
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path == "/v1/chat/completions":
+            self._send(self.server.model.handle_openai(dict(self.headers.items()), raw))
+            return
+        if path != "/v1/messages":
             self._error(ApiError(404, "not_found_error", f"Not found: POST {self.path.split('?', 1)[0]}"))
             return
         reply = self.server.model.handle(dict(self.headers.items()), raw)
@@ -842,7 +1038,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0] in ("/", "/health"):
-            info = {"simulated": True, "api": "Anthropic Messages API (simulated)", "endpoint": "POST /v1/messages"}
+            info = {
+                "simulated": True,
+                "api": "Anthropic Messages API and OpenAI chat completions (simulated)",
+                "endpoint": "POST /v1/messages",
+                "openaiEndpoint": "POST /v1/chat/completions",
+            }
             self._send(Reply(200, "application/json", json.dumps(info).encode("utf-8")))
             return
         self._error(ApiError(404, "not_found_error", f"Not found: GET {self.path.split('?', 1)[0]}"))
@@ -924,7 +1125,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=4600)
     args = parser.parse_args(argv)
     server = start(args.host, args.port)
-    print(f"simulated model on {server.url} (POST /v1/messages); set ANTHROPIC_BASE_URL={server.url}", flush=True)
+    print(
+        f"simulated model on {server.url} (POST /v1/messages, POST /v1/chat/completions); "
+        f"set ANTHROPIC_BASE_URL={server.url} or OPENAI_BASE_URL={server.url}/v1",
+        flush=True,
+    )
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

@@ -127,7 +127,8 @@ def stack() -> Iterator[Stack]:
     saved = dict(os.environ)
     os.environ.update(BASE_ENV)
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        deployed = deploy({"JwtSecret": SECRET, "Transparency": "verbose"})
+        # Tests drive many turns per customer per minute; test_rate_limit_api lowers it per test (api.overrides).
+        deployed = deploy({"JwtSecret": SECRET, "Transparency": "verbose", "TurnsPerMinute": "1000"})
         env = deployed.function_env("ChatFunction")
         os.environ.update(env)
         import boto3

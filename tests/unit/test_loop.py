@@ -295,3 +295,10 @@ def test_escalate_to_human_one_open_ticket_per_conversation(harness: Harness) ->
     assert third["status"] == "HANDOFF_OPENED" and third["handoff_id"] != first["handoff_id"]
     actions = [a["action"] for a in h.audit.list_stream(r.conversation_id)]
     assert actions.count("handoff_opened") == 2 and actions.count("handoff_closed") == 1
+
+
+def test_new_conversation_whose_first_call_fails_leaves_no_trace(harness: Harness) -> None:
+    harness.model.script = [ModelUnavailable("down", retry_after=5)]
+    with pytest.raises(ModelUnavailable):
+        harness.turn("hello")
+    assert harness.ddb.scan(TableName=harness.settings.conversations_table)["Count"] == 0

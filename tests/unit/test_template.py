@@ -72,9 +72,9 @@ def test_layer_builds_for_the_runtime_and_architecture(sam: dict[str, Any]) -> N
     assert layer["Properties"]["ContentUri"] == "layers/common/"
     assert layer["Properties"]["CompatibleRuntimes"] == [runtime]
     assert layer["Metadata"]["BuildMethod"] == runtime
-    # sam build does not resolve parameters in Metadata: the layer's wheels (pydantic-core,
-    # cryptography) must be built for the default architecture.
-    assert layer["Metadata"]["BuildArchitecture"] == sam["Parameters"]["Architecture"]["Default"]
+    # The layer's compiled wheels (pydantic-core, cryptography) follow the Architecture parameter:
+    # sam build resolves it in Metadata (tests/smoke/test_built_artifacts.py builds both).
+    assert layer["Metadata"]["BuildArchitecture"] == {"Ref": "Architecture"}
 
 
 def test_layer_requirements_mirror_the_project_dependencies() -> None:
@@ -103,6 +103,9 @@ def test_chat_function(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
         "MODEL_ID": {"Ref": "ModelId"},
         "ANTHROPIC_BASE_URL": {"Ref": "AnthropicBaseUrl"},
         "ANTHROPIC_API_KEY_SECRET_ARN": {"Ref": "AnthropicApiKeySecretArn"},
+        "LLM_PROVIDER": {"Ref": "LlmProvider"},
+        "OPENAI_BASE_URL": {"Ref": "OpenAiBaseUrl"},
+        "OPENAI_API_KEY_SECRET_ARN": {"Ref": "AnthropicApiKeySecretArn"},
         "REFUND_THRESHOLD_CENTS": {"Ref": "RefundThresholdCents"},
         "MAX_ITERATIONS": {"Ref": "MaxIterations"},
         "JWT_ISSUER": {"Ref": "JwtIssuer"},
@@ -121,6 +124,10 @@ def test_parameters(sam: dict[str, Any]) -> None:
         "ModelId": "claude-sonnet-4-5",
         "AnthropicBaseUrl": "https://api.anthropic.com",
         "AnthropicApiKeySecretArn": "",
+        "LlmProvider": "anthropic",
+        "OpenAiBaseUrl": "https://api.openai.com/v1",
+        "BedrockInferenceProfileArn": "",
+        "BedrockModelArns": "",
         "RefundThresholdCents": 5000,
         "MaxIterations": 8,
         "JwtIssuer": "support-agent-local",
@@ -131,6 +138,8 @@ def test_parameters(sam: dict[str, Any]) -> None:
     }.items() <= defaults.items()
     assert params["JwtSecret"]["NoEcho"] is True
     assert params["Transparency"]["AllowedValues"] == ["verbose", "quiet"]
+    assert params["LlmProvider"]["AllowedValues"] == ["anthropic", "openai", "bedrock"]
+    assert params["BedrockModelArns"]["Type"] == "CommaDelimitedList"
 
 
 def test_routes_and_api(sam: dict[str, Any]) -> None:
@@ -200,6 +209,28 @@ def test_table(cfn: dict[str, Any], table_id: str) -> None:
     assert props["BillingMode"] == "PAY_PER_REQUEST"
     assert props["SSESpecification"] == {"SSEEnabled": True}
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+def test_conversations_ttl_is_for_rate_counters(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    ttl = cfn["Resources"]["ConversationsTable"]["Properties"]["TimeToLiveSpecification"]
+    assert ttl == {"AttributeName": "expires_at", "Enabled": True}
+    # The turn limit is a template parameter, reaching the chat function only.
+    param = sam["Parameters"]["TurnsPerMinute"]
+    assert (param["Type"], param["Default"], param["MinValue"]) == ("Number", 10, 1)
+    env = cfn["Resources"]["ChatFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["TURNS_PER_MINUTE"] == {"Ref": "TurnsPerMinute"}
+
+
+def test_erasure_is_a_lead_route_that_cannot_delete(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    routes = {(r.method, r.path): r.function for r in http_routes(sam)}
+    assert routes[("POST", "/api/customers/{id}/erase")] == "ApprovalsFunction"
+    lead = granted_pairs(cfn, "ApprovalsFunction")
+    assert {a for a, t in lead if t == "ConversationsTable"} == {"dynamodb:UpdateItem", "dynamodb:Query"}
+    for function_id in ("ChatFunction", "ApprovalsFunction"):
+        actions = {a for a, _ in granted_pairs(cfn, function_id)}
+        assert not actions & {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteTable"}, function_id
+    chat = granted_pairs(cfn, "ChatFunction")
+    assert {a for a, t in chat if t == "AuditTable"} == {"dynamodb:PutItem"}
 
 
 def test_audit_table_is_append_only_and_kept(cfn: dict[str, Any]) -> None:
@@ -291,18 +322,23 @@ def test_outputs(sam: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ least privilege (rules 6, 7)
 
-_DDB_RW = ("GetItem", "Query", "PutItem", "UpdateItem", "ConditionCheckItem")
+# No ConditionCheckItem: no transaction of the chat function has a ConditionCheck item (found unused at
+# runtime by tests/reliability/test_least_privilege_runtime.py, and removed).
+_DDB_RW = ("GetItem", "Query", "PutItem", "UpdateItem")
 
 ALLOWED: dict[str, set[Pair]] = {
     "ChatFunction": {
         *{(f"dynamodb:{a}", "ConversationsTable") for a in _DDB_RW},
         ("dynamodb:Query", "ConversationsTable/index/by_customer"),
         *{(f"dynamodb:{a}", "CustomerDataTable") for a in _DDB_RW},
-        *{(f"dynamodb:{a}", "ApprovalsTable") for a in ("GetItem", "PutItem", "ConditionCheckItem")},
+        *{(f"dynamodb:{a}", "ApprovalsTable") for a in ("GetItem", "PutItem")},
         ("dynamodb:PutItem", "AuditTable"),
         ("sqs:SendMessage", "ApprovalQueue"),
         # Only when the parameter is set (Fn::If on HasAnthropicApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
+        # Only when LlmProvider is bedrock: the profile and the models it routes to (checked below).
+        ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
+        ("bedrock:InvokeModel", "param:BedrockModelArns"),
     },
     # Claim-then-publish; nothing on CustomerData (the notifier cannot write orders). The SQS
     # actions are what its own event source mapping polls with, on the ApprovalQueue only.
@@ -330,7 +366,11 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "ApprovalsTable/index/by_status"),
         ("dynamodb:Query", "ApprovalsTable/index/by_created"),
         ("dynamodb:UpdateItem", "CustomerDataTable"),
+        # Hand-off close, and erasure: find a customer's conversations, tombstone their messages
+        # with UpdateItem under the turn lease (no DeleteItem anywhere: docs/RETENTION.md).
         ("dynamodb:UpdateItem", "ConversationsTable"),
+        ("dynamodb:Query", "ConversationsTable"),
+        ("dynamodb:Query", "ConversationsTable/index/by_customer"),
         ("dynamodb:PutItem", "AuditTable"),
         ("dynamodb:Query", "AuditTable"),
         ("dynamodb:Query", "AuditTable/index/by_customer"),
@@ -517,6 +557,49 @@ def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> 
     assert if_false == {"Ref": "AWS::NoValue"}
 
 
+def test_bedrock_access_only_for_the_bedrock_provider_and_scoped(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """bedrock:InvokeModel on exactly the profile and the model ARNs, and only when LlmProvider is
+    bedrock; with a profile, the models only through it (bedrock:InferenceProfileArn)."""
+    assert cfn["Conditions"]["UseBedrock"] == {"Fn::Equals": [{"Ref": "LlmProvider"}, "bedrock"]}
+    assert cfn["Conditions"]["UseBedrockProfile"] == {
+        "Fn::And": [
+            {"Condition": "UseBedrock"},
+            {"Fn::Not": [{"Fn::Equals": [{"Ref": "BedrockInferenceProfileArn"}, ""]}]},
+        ]
+    }
+    role_id = cfn["Resources"]["ChatFunction"]["Properties"]["Role"]["Fn::GetAtt"][0]
+    raw = [s for doc in _role_documents(cfn, role_id) for s in doc["Statement"]]
+    profile, models = [s for s in raw if "bedrock:" in json.dumps(s)]
+    condition, if_true, if_false = profile["Fn::If"]
+    assert (condition, if_false) == ("UseBedrockProfile", {"Ref": "AWS::NoValue"})
+    assert (if_true["Action"], if_true["Resource"]) == ("bedrock:InvokeModel", {"Ref": "BedrockInferenceProfileArn"})
+    condition, through_profile, otherwise = models["Fn::If"]
+    assert condition == "UseBedrockProfile"
+    assert through_profile["Resource"] == {"Ref": "BedrockModelArns"}
+    assert through_profile["Condition"] == {
+        "StringEquals": {"bedrock:InferenceProfileArn": {"Ref": "BedrockInferenceProfileArn"}}
+    }
+    condition, direct, nothing = otherwise["Fn::If"]
+    assert (condition, nothing) == ("UseBedrock", {"Ref": "AWS::NoValue"})
+    assert (direct["Action"], direct["Resource"]) == ("bedrock:InvokeModel", {"Ref": "BedrockModelArns"})
+    # The model id the function invokes is the granted profile (or the first granted model).
+    env = cfn["Resources"]["ChatFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["BEDROCK_MODEL_ID"] == {
+        "Fn::If": [
+            "UseBedrockProfile",
+            {"Ref": "BedrockInferenceProfileArn"},
+            {"Fn::If": ["UseBedrock", {"Fn::Select": [0, {"Ref": "BedrockModelArns"}]}, ""]},
+        ]
+    }
+    # CloudFormation refuses a bedrock stack without model ARNs.
+    rule = sam["Rules"]["BedrockNeedsModelArns"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "LlmProvider"}, "bedrock"]}
+    assert rule["Assertions"][0]["Assert"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Fn::Join": ["", {"Ref": "BedrockModelArns"}]}, ""]}]
+    }
+    assert {a for a, _ in granted_pairs(cfn, "ApprovalsFunction")} & {"bedrock:InvokeModel"} == set()
+
+
 def test_the_evaluator_catches_an_added_permission(sam: dict[str, Any]) -> None:
     widened = copy.deepcopy(sam)
     policies = widened["Resources"]["ChatFunction"]["Properties"]["Policies"]
@@ -532,3 +615,32 @@ def test_no_broad_sam_policy_templates(sam: dict[str, Any]) -> None:
         if resource["Type"] == "AWS::Serverless::Function":
             for policy in resource["Properties"].get("Policies", []):
                 assert isinstance(policy, dict) and "Statement" in policy, f"{name}: {policy!r}"
+
+
+def test_snapstart_is_a_parameter_on_the_chat_function(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    param = sam["Parameters"]["EnableSnapStart"]
+    assert param["Default"] == "false" and param["AllowedValues"] == ["true", "false"]
+    assert sam["Conditions"]["SnapStartEnabled"] == {"Fn::Equals": [{"Ref": "EnableSnapStart"}, "true"]}
+    props = cfn["Resources"]["ChatFunction"]["Properties"]
+    assert props["SnapStart"] == {"ApplyOn": {"Fn::If": ["SnapStartEnabled", "PublishedVersions", "None"]}}
+    assert resources_of_type(cfn, "AWS::Lambda::Alias")  # SnapStart only applies to published versions
+    # the API invokes the alias, so requests reach the snapshotted versions
+    permissions = resources_of_type(cfn, "AWS::Lambda::Permission")
+    chat = [p for k, p in permissions.items() if k.startswith("ChatFunction")]
+    assert chat and all(p["Properties"]["FunctionName"] == {"Ref": "ChatFunctionAliaslive"} for p in chat)
+
+
+def test_the_local_stack_strips_snapstart_and_the_alias(sam: dict[str, Any]) -> None:
+    from devstack.stack import _remove_unsupported_function_properties
+
+    for_moto = copy.deepcopy(sam)
+    removed = _remove_unsupported_function_properties(for_moto)
+    assert {"ChatFunction.AutoPublishAlias", "ChatFunction.SnapStart"} <= set(removed)
+    stripped = translate(for_moto)
+    assert not resources_of_type(stripped, "AWS::Lambda::Alias")
+    assert not resources_of_type(stripped, "AWS::Lambda::Version")
+
+
+def test_functions_skip_the_pydantic_plugin_scan(sam: dict[str, Any]) -> None:
+    """No pydantic plugin is used; scanning every installed distribution for one is cold-start time."""
+    assert sam["Globals"]["Function"]["Environment"]["Variables"]["PYDANTIC_DISABLE_PLUGINS"] == "__all__"

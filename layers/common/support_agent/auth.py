@@ -43,7 +43,10 @@ _HS_ALGORITHMS = frozenset({"HS256"})
 _JWKS_ALGORITHMS = frozenset({"RS256", "ES256"})
 _TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 _CUSTOMER_ID_DIGITS = re.compile(r"[1-9][0-9]{0,17}")
-_MAX_CUSTOMER_ID = 10**18 - 1
+MAX_CUSTOMER_ID = 2**53 - 1
+"""The largest customer id a token may carry (and a route may take): exact in JSON everywhere (a browser's
+number, the OpenAPI document's bounds), far inside DynamoDB's 38 digits."""
+_MAX_CUSTOMER_ID = MAX_CUSTOMER_ID
 
 JwksFetch = Callable[[], Mapping[str, Any]]
 
@@ -218,7 +221,7 @@ def _customer_id(value: Any) -> int:
         raise Unauthorized("invalid token")
     if isinstance(value, int) and 0 < value <= _MAX_CUSTOMER_ID:
         return value
-    if isinstance(value, str) and _CUSTOMER_ID_DIGITS.fullmatch(value):
+    if isinstance(value, str) and _CUSTOMER_ID_DIGITS.fullmatch(value) and int(value) <= _MAX_CUSTOMER_ID:
         return int(value)
     raise Unauthorized("invalid token")
 

@@ -24,7 +24,20 @@ class Settings(BaseModel):
     approval_queue_url: str = Field("", alias="APPROVAL_QUEUE_URL")
 
     # The model.
-    llm_provider: Literal["anthropic"] = Field("anthropic", alias="LLM_PROVIDER")
+    # Which adapter answers (llm/factory.py); the stored history is the same for all three.
+    llm_provider: Literal["anthropic", "openai", "bedrock"] = Field("anthropic", alias="LLM_PROVIDER")
+    # OpenAI-compatible chat completions: base URL as the OpenAI SDK takes it (ending in /v1);
+    # OPENAI_MODEL empty means MODEL_ID; the key from OPENAI_API_KEY or the secret (empty: no header).
+    openai_base_url: str = Field("https://api.openai.com/v1", alias="OPENAI_BASE_URL")
+    openai_api_key: str = Field("", alias="OPENAI_API_KEY", repr=False)
+    openai_api_key_secret_arn: str = Field("", alias="OPENAI_API_KEY_SECRET_ARN")
+    openai_model: str = Field("", alias="OPENAI_MODEL")
+    openai_max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens", alias="OPENAI_MAX_TOKENS_PARAM"
+    )
+    # Bedrock InvokeModel: an inference profile id or ARN (or a model id); region from the ARN if empty.
+    bedrock_model_id: str = Field("", alias="BEDROCK_MODEL_ID")
+    bedrock_region: str = Field("", alias="BEDROCK_REGION")
     anthropic_base_url: str = Field("https://api.anthropic.com", alias="ANTHROPIC_BASE_URL")
     anthropic_api_key: str = Field("", alias="ANTHROPIC_API_KEY", repr=False)
     anthropic_api_key_secret_arn: str = Field("", alias="ANTHROPIC_API_KEY_SECRET_ARN")
@@ -41,12 +54,17 @@ class Settings(BaseModel):
     max_iterations: int = Field(8, alias="MAX_ITERATIONS", ge=1, le=50)
     max_tool_calls_per_turn: int = Field(8, alias="MAX_TOOL_CALLS_PER_TURN", ge=1, le=50)
     conversation_token_budget: int = Field(200_000, alias="CONVERSATION_TOKEN_BUDGET", ge=1)
+    # Estimated tokens of history per model request; the oldest turns are left out beyond it
+    # (agent/budget.py). 0 sends the whole history.
+    history_token_budget: int = Field(24_000, alias="HISTORY_TOKEN_BUDGET", ge=0, le=150_000)
     turn_deadline_seconds: float = Field(27.0, alias="TURN_DEADLINE_SECONDS", gt=0)
     persist_reserve_seconds: float = Field(1.5, alias="PERSIST_RESERVE_SECONDS", ge=0)
     lease_seconds: int = Field(40, alias="LEASE_SECONDS", ge=1)
     max_message_chars: int = Field(4000, alias="MAX_MESSAGE_CHARS", ge=1)
     max_body_bytes: int = Field(16384, alias="MAX_BODY_BYTES", ge=64)
     tool_output_max_chars: int = Field(4000, alias="TOOL_OUTPUT_MAX_CHARS", ge=100)
+    # Chat turns a customer may start per clock minute (a DynamoDB counter; 429 rate_limited after).
+    turns_per_minute: int = Field(10, alias="TURNS_PER_MINUTE", ge=1, le=10_000)
 
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
@@ -64,6 +82,11 @@ class Settings(BaseModel):
 
     transparency: Literal["verbose", "quiet"] = Field("verbose", alias="TRANSPARENCY")
 
+    # Observability: prices (USD per million tokens, JSON by model family) on top of pricing.py's
+    # defaults, for the estimated cost per turn; how long a key read from Secrets Manager is reused.
+    price_table: str = Field("", alias="PRICE_TABLE")
+    api_key_cache_seconds: int = Field(300, alias="API_KEY_CACHE_SECONDS", ge=1, le=86_400)
+
     # Auth.
     jwt_secret: str = Field("", alias="JWT_SECRET", repr=False)
     jwt_jwks_url: str = Field("", alias="JWT_JWKS_URL")
@@ -73,6 +96,17 @@ class Settings(BaseModel):
     jwt_customer_id_claim: str = Field("customer_id", alias="JWT_CUSTOMER_ID_CLAIM")
     jwt_leeway_seconds: int = Field(30, alias="JWT_LEEWAY_SECONDS", ge=0, le=300)
     jwks_cache_seconds: int = Field(300, alias="JWKS_CACHE_SECONDS", ge=1)
+
+    @field_validator("price_table")
+    @classmethod
+    def _price_table_parses(cls, value: str) -> str:
+        from support_agent.pricing import price_table
+
+        try:
+            price_table(value)
+        except ValueError as exc:  # JSON and pydantic errors alike: fail at cold start, not mid-turn
+            raise ValueError(f"PRICE_TABLE is not a price table: {exc}") from None
+        return value
 
     @field_validator("jwt_secret")
     @classmethod

@@ -54,9 +54,23 @@ def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
     )
 
 
+class _LazyClient:
+    """A boto3 client made on first use. The chat function sends to SQS only for a refund over the
+    threshold, so most cold starts never pay for building the client (docs/PERFORMANCE.md)."""
+
+    def __init__(self, service: str) -> None:
+        self._service = service
+        self._client: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._client is None:
+            self._client = boto3.client(self._service)  # type: ignore[call-overload]
+        return getattr(self._client, name)
+
+
 def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None) -> ChatServices:
     ddb = ddb or boto3.client("dynamodb")
-    sqs = sqs or boto3.client("sqs")
+    sqs = sqs or _LazyClient("sqs")
     conversations = ConversationStore(ddb, settings.conversations_table)
     agent = Agent(settings, llm, conversations, build_registry(settings, ddb, sqs), settings.audit_table)
     return ChatServices(

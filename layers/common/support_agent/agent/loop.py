@@ -7,14 +7,16 @@ leaves a history that the next turn's repair completes without repeating a side 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from support_agent import observability as obs
+from support_agent.agent import budget
 from support_agent.agent import history as hist
+from support_agent.agent.model_output import sanitize_content
 from support_agent.agent.prompt import SYSTEM_PROMPT
 from support_agent.agent.untrusted import fence
 from support_agent.auth import Principal
@@ -22,14 +24,13 @@ from support_agent.config import Settings
 from support_agent.errors import ApiError, ModelUnavailable, TokenBudgetExhausted
 from support_agent.ids import new_conversation_id
 from support_agent.llm.base import Block, Deadline, LlmClient, LlmResponse, Message, Usage
+from support_agent.pricing import estimate_usd, price_table
 from support_agent.store.audit import AuditRecord
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 CONTINUE_REASONS = ("tool_use", "pause_turn")
 ANSWER_REASONS = ("end_turn", "stop_sequence", "refusal", "max_tokens")
-KEPT_BLOCKS = ("text", "tool_use", "thinking", "redacted_thinking")
-TOOL_USE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MIN_MODEL_SECONDS = 1.0
 NOT_EXECUTED_AFTER_CRASH = "not executed: the previous turn was interrupted; call the tool again if still needed"
 
@@ -75,35 +76,6 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def sanitize_content(content: list[Block]) -> list[Block]:
-    """What of the model's content can be stored and replayed as a valid assistant message.
-
-    Blocks are kept verbatim; only unknown block types and tool_use blocks without a usable or
-    unique id are dropped (a real API never sends them; a hostile or broken one might).
-    """
-    kept: list[Block] = []
-    seen: set[str] = set()
-    for block in content if isinstance(content, list) else []:
-        if not isinstance(block, dict) or block.get("type") not in KEPT_BLOCKS:
-            continue
-        if block["type"] == "text" and not (isinstance(block.get("text"), str) and block["text"].strip()):
-            continue
-        if block["type"] == "tool_use":
-            tid = block.get("id")
-            if not (
-                isinstance(tid, str)
-                and TOOL_USE_ID.match(tid)
-                and tid not in seen
-                and isinstance(block.get("name"), str)
-            ):
-                continue
-            seen.add(tid)
-            if not isinstance(block.get("input"), dict):
-                block = {**block, "input": {}}
-        kept.append(block)
-    return kept or [{"type": "text", "text": "(no answer)"}]
-
-
 class Agent:
     def __init__(
         self,
@@ -140,14 +112,27 @@ class Agent:
     ) -> TurnResult:
         lease_until = int(self.clock()) + self.settings.lease_seconds
         if conversation_id is None:
+            # Nothing is stored until the first write-ahead: a turn that fails before it leaves no trace.
             conversation_id = new_conversation_id()
-            header = self.conversations.create(conversation_id, customer_id, request_id, self.now(), lease_until)
+            header = self.conversations.new_header(conversation_id, customer_id, self.now())
+            new = True
         else:
-            header = self.conversations.acquire_lease(
-                conversation_id, customer_id, request_id, int(self.clock()), lease_until
-            )
+            new = False
+            try:
+                header = self.conversations.acquire_lease(
+                    conversation_id, customer_id, request_id, int(self.clock()), lease_until
+                )
+            except ApiError:
+                raise  # 404 or 409: the lease is not ours
+            except Exception:
+                # The lease may have been written with its answer lost: free it (conditional on owning it).
+                self.conversations.release_lease(conversation_id, request_id)
+                raise
+        obs.logger.append_keys(conversation_id=conversation_id)  # on every log line from here on
         try:
-            return _Turn(self, principal, customer_id, header, request_id, deadline).run(message)
+            turn = _Turn(self, principal, customer_id, header, request_id, deadline)
+            turn.unsaved_lease = lease_until if new else None
+            return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, request_id)
 
@@ -176,7 +161,8 @@ class _Turn:
         self.usage = Usage()
         self.trace: list[dict[str, Any]] = []
         self.tool_calls = 0
-        self.stored_this_turn = False
+        self.unsaved_lease: int | None = None  # set for a new conversation until its first write
+        self.model = ""  # the model that answered, for the cost estimate
 
     # persistence -------------------------------------------------------------------------
 
@@ -187,18 +173,21 @@ class _Turn:
         audit: list[AuditRecord] | None = None,
         title: str | None = None,
     ) -> list[StoredMessage]:
-        stored = self.a.conversations.append(
-            self.cid,
-            self.request_id,
-            self.next_seq,
-            messages,
-            self.a.now(),
-            usage,
-            extra_puts=[r.put(self.a.audit_table) for r in audit or []],
-            title=title,
-        )
+        with obs.span("persist", messages=len(messages), audit_rows=len(audit or [])):
+            stored = self.a.conversations.append(
+                self.cid,
+                self.request_id,
+                self.next_seq,
+                messages,
+                self.a.now(),
+                usage,
+                extra_puts=[r.put(self.a.audit_table) for r in audit or []],
+                title=title,
+                create=self.header if self.unsaved_lease is not None else None,
+                lease_until=self.unsaved_lease or 0,
+            )
+        self.unsaved_lease = None
         self.next_seq += len(messages)
-        self.stored_this_turn = True
         return stored
 
     def _ctx(self, seq: int, tool_use_id: str) -> ToolContext:
@@ -284,15 +273,11 @@ class _Turn:
                 break
             iteration += 1
             final = iteration == self.s.max_iterations
-            request = hist.for_request(messages + ([pending_user] if pending_user else []))
+            request = budget.fit(
+                hist.for_request(messages + ([pending_user] if pending_user else [])), self.s.history_token_budget
+            )
             try:
-                response = self.a.llm.create(
-                    SYSTEM_PROMPT,
-                    request,
-                    self.a.tools.specs,
-                    {"type": "none"} if final else None,
-                    deadline=self.deadline,
-                )
+                response = self._call_model(request, final, iteration)
             except ApiError:
                 # Nothing of this turn stored yet: fail cleanly, the client may resend. Otherwise the
                 # history is complete and valid; if time ran out, say so rather than fail.
@@ -312,7 +297,7 @@ class _Turn:
             pending_user = None
             messages.extend(m.as_message() for m in stored)
             self.a.checkpoint("after_write_ahead")
-            calls, results = self._run_tools(stored[-1], response.stop_reason, final)
+            calls, results = self._run_tools(stored[-1], response.stop_reason, final, iteration)
             if results is not None:
                 messages.append(results)
             self.trace.append(
@@ -331,8 +316,68 @@ class _Turn:
             break
         return self._result(stop, iteration, last)
 
+    def _call_model(self, request: list[Message], final: bool, iteration: int) -> LlmResponse:
+        """One model call, traced, logged and measured the same way whichever adapter answers."""
+        llm, provider = self.a.llm, self.s.llm_provider
+        model = str(getattr(llm, "model", "") or getattr(llm, "model_id", "") or self.s.model_id)
+        started = time.perf_counter()
+        with obs.span("model_call", provider=provider, model=model, iteration=iteration) as span:
+            try:
+                response = llm.create(
+                    SYSTEM_PROMPT,
+                    request,
+                    self.a.tools.specs,
+                    {"type": "none"} if final else None,
+                    deadline=self.deadline,
+                )
+            except ApiError as exc:
+                outcome = "unavailable" if isinstance(exc, ModelUnavailable) else "error"
+                span.annotate(outcome=outcome)
+                obs.model_call(
+                    provider=provider,
+                    model=model,
+                    iteration=iteration,
+                    latency_ms=obs.ms_since(started),
+                    retries=int(getattr(llm, "last_retries", 0) or 0),
+                    outcome=outcome,
+                    error=exc.code,
+                )
+                raise
+            span.annotate(outcome="ok", stop_reason=response.stop_reason)
+        obs.model_call(
+            provider=provider,
+            model=response.model or model,
+            iteration=iteration,
+            latency_ms=obs.ms_since(started),
+            retries=int(getattr(llm, "last_retries", 0) or 0),
+            outcome="ok",
+            usage=response.usage,
+            stop_reason=response.stop_reason,
+        )
+        self.model = response.model or model
+        return response
+
+    def _execute(self, use: Block, seq: int, iteration: int) -> ToolOutcome:
+        started = time.perf_counter()
+        name = str(use.get("name", ""))
+        with obs.span(f"tool:{name[:64]}", tool=name[:64], iteration=iteration) as span:
+            outcome = self.a.tools.execute(use["name"], use.get("input"), self._ctx(seq, use["id"]))
+            span.annotate(outcome=outcome.outcome)
+        self._dispatched(use, iteration, outcome, obs.ms_since(started))
+        return outcome
+
+    def _dispatched(self, use: Block, iteration: int, outcome: ToolOutcome, latency_ms: int) -> None:
+        obs.tool_dispatch(
+            tool=str(use.get("name", "")),
+            tool_use_id=str(use.get("id", "")),
+            iteration=iteration,
+            outcome=outcome.outcome,
+            is_error=outcome.is_error,
+            latency_ms=latency_ms,
+        )
+
     def _run_tools(
-        self, assistant: StoredMessage, stop_reason: str, final: bool
+        self, assistant: StoredMessage, stop_reason: str, final: bool, iteration: int
     ) -> tuple[list[ToolCallTrace], Message | None]:
         uses = hist.tool_uses(assistant.as_message())
         if not uses:
@@ -360,8 +405,10 @@ class _Turn:
                 )
             else:
                 self.tool_calls += 1
-                outcome = self.a.tools.execute(use["name"], use.get("input"), self._ctx(assistant.seq, use["id"]))
+                pairs.append((use, self._execute(use, assistant.seq, iteration)))
                 self.a.checkpoint(f"after_tool:{index}")
+                continue
+            self._dispatched(use, iteration, outcome, 0)
             pairs.append((use, outcome))
         results = self._store_results(pairs)
         return [ToolCallTrace(u["id"], u["name"], u.get("input"), o.result, o.is_error) for u, o in pairs], results
@@ -374,6 +421,13 @@ class _Turn:
             reply = REPLIES[stop]
         else:
             reply = text or REPLIES.get(stop, "(no answer)")
+        obs.turn_end(
+            stop_reason=stop,
+            iterations=iterations,
+            tool_calls=self.tool_calls,
+            usage=self.usage,
+            cost_usd=estimate_usd(self.model or self.s.model_id, self.usage, price_table(self.s.price_table)),
+        )
         return TurnResult(
             self.cid,
             reply,

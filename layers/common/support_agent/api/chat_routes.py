@@ -9,11 +9,13 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from support_agent.api import pagination
+from support_agent.api.responses import ChatResponse, ConversationList, ConversationView, Health, responses
 from support_agent.api.views import conversation_summary, conversation_view
 from support_agent.auth import require_customer
 from support_agent.errors import BadRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.llm.base import Deadline
+from support_agent.store.ratelimit import turn_limiter
 from support_agent.wiring import chat_services
 
 router = APIGatewayHttpRouter()
@@ -40,7 +42,16 @@ def _deadline(context: Any, limit: float, reserve: float) -> Deadline:
     return Deadline.after(seconds - reserve)
 
 
-@router.post("/api/chat")
+@router.post(
+    "/api/chat",
+    summary="Run one chat turn",
+    description=(
+        "The customer comes from the token, never the body. At most TURNS_PER_MINUTE turns per customer "
+        "per minute (429 `rate_limited`); one turn at a time per conversation (409)."
+    ),
+    responses=responses(ChatResponse, 400, 401, 403, 404, 409, 413, 429, 502, 503),
+    tags=["customer"],
+)
 def chat(body: ChatRequest) -> dict[str, Any]:
     services = chat_services()
     s = services.settings
@@ -49,6 +60,7 @@ def chat(body: ChatRequest) -> dict[str, Any]:
         raise BadRequest("message: must not be blank")
     if len(body.message) > s.max_message_chars:
         raise TooLarge(f"message is longer than {s.max_message_chars} characters")
+    turn_limiter(s).take(customer_id)  # before the lease and the model: a refused turn costs nothing
     event = router.current_event
     request_id = event.request_context.request_id or "local"
     result = services.agent.run_turn(
@@ -74,21 +86,34 @@ def chat(body: ChatRequest) -> dict[str, Any]:
     return out
 
 
-@router.get("/api/conversations")
+@router.get(
+    "/api/conversations",
+    summary="List my conversations, newest first",
+    responses=responses(ConversationList, 400, 401, 403),
+    tags=["customer"],
+)
 def list_conversations(
     nextToken: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> dict[str, Any]:
     services = chat_services()
     customer_id = require_customer(_principal())
-    start = pagination.decode(nextToken, lambda k: k.get("customer_id") == {"N": str(customer_id)})
-    headers, last = services.conversations.list_for_customer(customer_id, start_key=start)
+    headers, last = pagination.page(
+        nextToken,
+        lambda start: services.conversations.list_for_customer(customer_id, start_key=start),
+        lambda k: k.get("customer_id") == {"N": str(customer_id)},
+    )
     return {
         "conversations": [conversation_summary(h) for h in headers if h.customer_id == customer_id],
         "nextToken": pagination.encode(last),
     }
 
 
-@router.get("/api/conversations/<conversation_id>")
+@router.get(
+    "/api/conversations/<conversation_id>",
+    summary="Read one of my conversations",
+    responses=responses(ConversationView, 401, 403, 404),
+    tags=["customer"],
+)
 def get_conversation(conversation_id: str) -> dict[str, Any]:
     services = chat_services()
     customer_id = require_customer(_principal())
@@ -114,6 +139,6 @@ def get_conversation(conversation_id: str) -> dict[str, Any]:
     return conversation_view(header, messages, refunds)
 
 
-@router.get("/api/health")
+@router.get("/api/health", summary="Liveness", responses=responses(Health), tags=["public"])
 def health() -> dict[str, Any]:
     return {"status": "ok"}

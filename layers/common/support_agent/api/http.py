@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -83,10 +84,48 @@ def body_size(event: dict[str, Any]) -> int:
     return len(body.encode())
 
 
+_JSON_TYPE = re.compile(r"^application/(?:[\w.+-]+\+)?json\s*(?:;.*)?$", re.IGNORECASE)
+
+
+def body_problem(event: dict[str, Any]) -> str | None:
+    """Why a body cannot be one of ours (a JSON object in UTF-8), checked before Powertools sees it.
+
+    Left to Powertools, a form or multipart content type is parsed as a form (a multipart type without a
+    boundary raises: a 500), an unknown one gets its own 415 shape, bytes that are not UTF-8 raise (a 500),
+    a JSON array passes an optional body's validation as "no body", and deep nesting overflows the
+    parser's stack.
+    """
+    body = event.get("body")
+    headers = event.get("headers") or {}
+    declared = [v for k, v in headers.items() if isinstance(k, str) and k.lower() == "content-type"]
+    method = str(((event.get("requestContext") or {}).get("http") or {}).get("method", "")).upper()
+    carries_body = bool(body) or method in ("POST", "PUT", "PATCH")
+    if carries_body and declared and not _JSON_TYPE.match(str(declared[0]).strip()):
+        return "content-type: send the body as application/json"
+    if not body:
+        return None
+    try:
+        text = base64.b64decode(body).decode("utf-8") if event.get("isBase64Encoded") else str(body)
+        value = json.loads(text)
+    except UnicodeDecodeError:
+        return "body: not UTF-8 text"
+    except RecursionError:  # "[[[[…" a few thousand deep: Python's parser gives up (and Powertools' too)
+        return "body: nested too deeply"
+    except ValueError:
+        return None  # malformed JSON: Powertools' validation answers it (400) like any other bad body
+    if value is not None and not isinstance(value, dict):  # null is an optional body left out
+        return "body: must be a JSON object"
+    return None
+
+
 def handle(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max_body_bytes: int) -> dict[str, Any]:
     """Resolve an API Gateway v2 event; oversized bodies are refused before anything parses them."""
     if body_size(event) > max_body_bytes:
         resp = error_response(TooLarge(f"request body is larger than {max_body_bytes} bytes"))
+        return {"statusCode": resp.status_code, "headers": {"Content-Type": JSON}, "body": resp.body}
+    problem = body_problem(event)
+    if problem is not None:
+        resp = error_response(BadRequest(problem))
         return {"statusCode": resp.status_code, "headers": {"Content-Type": JSON}, "body": resp.body}
     try:
         return app.resolve(event, context)

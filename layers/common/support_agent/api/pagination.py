@@ -5,9 +5,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError, ParamValidationError
 
 from support_agent.errors import BadRequest
+from support_agent.store.dynamo import error_code
+
+T = TypeVar("T")
 
 
 def encode(key: dict[str, Any] | None) -> str | None:
@@ -24,3 +29,19 @@ def decode(token: str | None, valid: Callable[[dict[str, Any]], bool] = lambda _
     if not isinstance(key, dict) or not valid(key):
         raise BadRequest("nextToken: invalid")
     return key
+
+
+def page(
+    token: str | None,
+    query: Callable[[dict[str, Any] | None], T],
+    valid: Callable[[dict[str, Any]], bool] = lambda _k: True,
+) -> T:
+    """Run ``query`` from the token's start key. A token that decodes but does not fit the query (a
+    crafted one: DynamoDB, or botocore, refuses the start key) is the client's 400, not a 500."""
+    start = decode(token, valid)
+    try:
+        return query(start)
+    except (ParamValidationError, ClientError) as exc:
+        if start is None or (isinstance(exc, ClientError) and error_code(exc) != "ValidationException"):
+            raise
+        raise BadRequest("nextToken: invalid") from None

@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from support_agent import observability as obs
 from support_agent.approvals.flow import execution_name, flow_input
 from support_agent.errors import Conflict, NotFound
 from support_agent.ids import APPROVAL_ID
@@ -51,6 +52,8 @@ class ApprovalDecisions:
 
     def get(self, approval_id: str) -> dict[str, Any]:
         approval = self.store.get(approval_id) if APPROVAL_ID.match(approval_id) else None
+        if approval is not None:
+            obs.logger.append_keys(approval_id=approval_id)  # every decision starts here: the correlation id
         if approval is None or approval.get("entity", "APPROVAL") != "APPROVAL":
             raise NotFound("approval not found")
         return approval
@@ -90,6 +93,7 @@ class ApprovalDecisions:
             retries = int((exc.current or {}).get("retries", 0))
             self._start(approval_id, retries)
             return self._await(approval_id)
+        obs.emit(obs.APPROVALS_APPROVED)
         self._start(approval_id)
         return self._await(approval_id)
 
@@ -104,6 +108,7 @@ class ApprovalDecisions:
             if status == "REJECTED":
                 return Decision(self.get(approval_id), True)
             raise Conflict(f"approval is {status}; it cannot be rejected") from None
+        obs.emit(obs.APPROVALS_REJECTED)
         return Decision(approval, True)
 
     def retry(self, approval_id: str, lead: str) -> Decision:
@@ -113,6 +118,7 @@ class ApprovalDecisions:
         except StateConflict as exc:
             status = (exc.current or {}).get("status")
             raise Conflict(f"approval is {status}; only a FAILED refund can be retried") from None
+        obs.emit(obs.REFUND_RETRIES)
         self._start(approval_id, int(approval.get("retries", 1)))
         return self._await(approval_id)
 
@@ -125,6 +131,7 @@ class ApprovalDecisions:
             if status == "RELEASED":
                 return Decision(self.get(approval_id), True)
             raise Conflict(f"approval is {status}; only a FAILED refund can be released") from None
+        obs.emit(obs.APPROVALS_RELEASED)
         return Decision(approval, True)
 
 

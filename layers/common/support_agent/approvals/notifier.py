@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, Json
 
+from support_agent import observability as obs
 from support_agent.config import Settings, get_settings
 from support_agent.ids import APPROVAL_ID
 from support_agent.store.approvals import ApprovalStore
@@ -167,6 +168,10 @@ def _notifier_for(settings: Settings) -> ApprovalNotifier:
 
 def handle_record(record: ApprovalQueueRecord) -> str:
     """The BatchProcessor record handler: raising fails just this record."""
-    outcome = default_notifier().notify(record.body.approval_id)
-    logger.info("approval %s: %s", record.body.approval_id, outcome.value)
-    return outcome.value
+    obs.logger.append_keys(approval_id=record.body.approval_id, message_id=record.messageId)
+    try:
+        outcome = default_notifier().notify(record.body.approval_id)
+        logger.info("approval %s: %s", record.body.approval_id, outcome.value)
+        return outcome.value
+    finally:
+        obs.logger.remove_keys(["approval_id", "message_id"])

@@ -21,12 +21,13 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import boto3
 
+from support_agent import observability as obs
 from support_agent.approvals.notifier import Clock, iso, utc_now
 from support_agent.config import Settings, get_settings
 from support_agent.store.approvals import ApprovalStore, StateConflict
@@ -109,6 +110,7 @@ class ApprovalSweeper:
                         reason=f"not decided within {int(self.ttl.total_seconds() // 3600)} hours",
                     )
                     expired += 1
+                    obs.emit(obs.APPROVALS_EXPIRED)
                 elif created_at < renotify_before and not approval.get("notified_at"):
                     self._sqs.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps({"approvalId": approval_id}))
                     requeued += 1
@@ -116,12 +118,36 @@ class ApprovalSweeper:
                 conflicts += 1
             except Exception:
                 errors += 1
-                logger.exception("sweep failed on approval %s", approval_id)
+                logger.exception("sweep failed on approval %s", approval_id, extra={"approval_id": approval_id})
         result = SweepResult(scanned, expired, requeued, conflicts, errors, truncated)
+        self._report_oldest_pending(now)
         logger.info("approval sweep: %s", result.as_dict())
         if errors:
             raise SweepIncomplete(result)
         return result
+
+    def _report_oldest_pending(self, now: datetime) -> None:
+        """The age of the oldest PENDING approval left (0 when none): the "pending too long" alarm's metric."""
+        try:
+            out = self._db.query(
+                TableName=self.store.table,
+                IndexName="by_status",
+                KeyConditionExpression="#st = :pending",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=to_values({":pending": "PENDING"}),
+                ScanIndexForward=True,
+                Limit=1,
+            )
+        except Exception:  # the sweep itself succeeded; a missing datapoint is not a reason to fail it
+            logger.exception("could not read the oldest pending approval")
+            return
+        items = [from_item(i) for i in out.get("Items", [])]
+        age = 0.0
+        if items:
+            created = datetime.fromisoformat(str(items[0]["created_at"]).replace("Z", "+00:00"))
+            age = max(0.0, (now - created).total_seconds())
+            logger.info("oldest pending approval", extra={"approval_id": items[0]["approval_id"], "age_seconds": age})
+        obs.emit(obs.OLDEST_PENDING_APPROVAL_AGE, round(age))
 
     def _pending_created_before(self, before: str) -> Iterator[dict[str, Any]]:
         """PENDING approvals with ``created_at < before``, oldest first, page by page."""

@@ -15,7 +15,7 @@ Error mapping (DESIGN.md's table):
   retried, then `ModelUnavailable`: in practice that is a proxy or gateway fault, not our request.
 
 `cache_control` breakpoints (last tool, the system block, the newest message's last block) are put
-on deep copies per request; the caller's history is never changed, so they are never stored (rule 5).
+on copies per request; the caller's history is never changed, so they are never stored (rule 5).
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import random as _random
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -36,29 +34,23 @@ import httpx
 from support_agent.errors import ModelError, ModelUnavailable
 from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
 from support_agent.llm.breaker import CircuitBreaker
+from support_agent.llm.retry import (
+    DEFAULT_RETRY_AFTER,
+    SPEND_LIMIT_RETRY_AFTER,
+    call_with_retries,
+    http_timeout,
+    retry_after_header,
+)
+from support_agent.llm.retry import SPEND_LIMIT as _SPEND_LIMIT
+from support_agent.llm.retry import Retryable as _Retryable
 
 log = logging.getLogger(__name__)
 
+__all__ = ["DEFAULT_RETRY_AFTER", "AnthropicClient", "build_body", "encode_body", "parse_response"]
+
 EPHEMERAL = {"type": "ephemeral"}
 RETRYABLE_STATUS = frozenset({408, 429, 529})
-BACKOFF_BASE = 0.5
-BACKOFF_CAP = 8.0
-DEFAULT_RETRY_AFTER = 5
-MAX_RETRY_AFTER = 60
-SPEND_LIMIT_RETRY_AFTER = 3600
-DEADLINE_MARGIN = 1.0
-WRITE_TIMEOUT = 10.0
-_SPEND_LIMIT = re.compile(r"spend|billing|credit|usage limit", re.IGNORECASE)
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
-
-
-class _Retryable(Exception):
-    """One failed attempt that may succeed if repeated."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
 
 
 class AnthropicClient:
@@ -129,74 +121,23 @@ class AnthropicClient:
             "anthropic-version": self.anthropic_version,
             "content-type": "application/json",
         }
-        self.breaker.allow()
-        attempts = [0]
-        try:
-            response = self._send(content, headers, key, deadline, attempts)
-        except ModelUnavailable:
-            if attempts[0]:
-                self.breaker.record_failure()
-            else:
-                self.breaker.release()
-            raise
-        except ModelError:
-            self.breaker.record_success()  # the provider answered; the request was at fault
-            raise
-        except BaseException:
-            self.breaker.release()
-            raise
-        self.breaker.record_success()
-        return response
+        return call_with_retries(
+            lambda: self._attempt(content, headers, key, deadline),
+            deadline=deadline,
+            max_retries=self.max_retries,
+            breaker=self.breaker,
+            sleep=self._sleep,
+            random=self._random,
+            on_retry=self._count_retry,
+        )
 
-    # -- retries ------------------------------------------------------------------------------
+    # -- one attempt (retries, deadline and breaker: `llm/retry.py`) --------------------------
 
-    def _send(
-        self,
-        content: bytes,
-        headers: dict[str, str],
-        key: str,
-        deadline: Deadline | None,
-        attempts: list[int],
-    ) -> LlmResponse:
-        retry = 0
-        while True:
-            if deadline is not None and deadline.remaining() <= 0:
-                raise ModelUnavailable(
-                    "turn deadline reached before the model answered", retry_after=DEFAULT_RETRY_AFTER
-                )
-            attempts[0] += 1
-            try:
-                return self._attempt(content, headers, key, deadline)
-            except _Retryable as fault:
-                wait = self._backoff(retry) if fault.retry_after is None else fault.retry_after
-                retry_after = _clamp_retry_after(fault.retry_after)
-                if retry >= self.max_retries:
-                    raise ModelUnavailable(
-                        f"model API unavailable ({fault.reason}) after {retry + 1} attempts",
-                        retry_after=retry_after,
-                    ) from None
-                if wait > MAX_RETRY_AFTER or (deadline is not None and wait + DEADLINE_MARGIN > deadline.remaining()):
-                    raise ModelUnavailable(
-                        f"model API unavailable ({fault.reason}); no time left to retry",
-                        retry_after=retry_after,
-                    ) from None
-                log.warning("model call failed (%s), retry %d in %.2fs", fault.reason, retry + 1, wait)
-                self._sleep(wait)
-                retry += 1
-                self._local.retries = retry
-
-    def _backoff(self, retry: int) -> float:
-        return self._random() * min(BACKOFF_CAP, BACKOFF_BASE * 2**retry)
+    def _count_retry(self, retry: int) -> None:
+        self._local.retries = retry
 
     def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
-        """Per attempt, so one attempt never outlives the turn (httpx's read timeout is per read)."""
-        limit = math.inf if deadline is None else max(0.01, deadline.remaining())
-        return httpx.Timeout(
-            connect=min(self.connect_timeout, limit),
-            read=min(self.read_timeout, limit),
-            write=min(WRITE_TIMEOUT, limit),
-            pool=min(self.connect_timeout, limit),
-        )
+        return http_timeout(self.connect_timeout, self.read_timeout, deadline)
 
     def _attempt(self, content: bytes, headers: dict[str, str], key: str, deadline: Deadline | None) -> LlmResponse:
         try:
@@ -215,7 +156,7 @@ class AnthropicClient:
         ):
             raise ModelUnavailable(f"model API spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER)
         if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
-            raise _Retryable(reason, _retry_after_header(r))
+            raise _Retryable(reason, retry_after_header(r.headers))
         detail = err_message.replace(key, "***")[:200] if key else err_message[:200]
         raise ModelError(f"model API refused the request ({reason}): {detail}".rstrip(": "))
 
@@ -235,18 +176,19 @@ def build_body(
 
     Any `cache_control` already on top-level blocks or tools is dropped from the copies so a request
     never exceeds the API's four breakpoints. `tool_choice` is only sent along with tools.
+
+    Keys are in the prompt cache's order — tools, system, tool_choice (a change to it invalidates
+    only the messages' cache), messages — so the bytes up to a request's last breakpoint are a
+    prefix of the next request's (tests/unit/test_prompt_cache.py).
     """
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "system": [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}],
-        "messages": [_copy_message(m) for m in messages],
-    }
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     if tools:
         body["tools"] = [_without_cache(t) for t in tools]
         body["tools"][-1]["cache_control"] = dict(EPHEMERAL)
-        if tool_choice is not None:
-            body["tool_choice"] = copy.deepcopy(tool_choice)
+    body["system"] = [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}]
+    if tools and tool_choice is not None:
+        body["tool_choice"] = copy.deepcopy(tool_choice)
+    body["messages"] = [_copy_message(m) for m in messages]
     if body["messages"]:
         _mark_last_block(body["messages"][-1])
     return body
@@ -258,18 +200,19 @@ def encode_body(body: dict[str, Any]) -> bytes:
 
 
 def _without_cache(block: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(block)
-    out.pop("cache_control", None)
-    return out
+    """A new top-level dict without `cache_control`. Nested values are shared, not copied: nothing here
+    changes them and the body is encoded at once, so a deep copy of the whole history per request
+    would only cost time (docs/PERFORMANCE.md, loop overhead)."""
+    return {k: v for k, v in block.items() if k != "cache_control"}
 
 
 def _copy_message(message: Message) -> Message:
-    out = {k: copy.deepcopy(v) for k, v in message.items() if k != "content"}
+    out = {k: v for k, v in message.items() if k != "content"}
     content = message.get("content")
     if isinstance(content, list):
-        out["content"] = [_without_cache(b) if isinstance(b, dict) else copy.deepcopy(b) for b in content]
+        out["content"] = [_without_cache(b) if isinstance(b, dict) else b for b in content]
     else:
-        out["content"] = copy.deepcopy(content)
+        out["content"] = content
     return out
 
 
@@ -327,18 +270,3 @@ def _error_of(r: httpx.Response) -> tuple[str, str]:
     if not isinstance(err, dict):
         return "", ""
     return str(err.get("type") or ""), str(err.get("message") or "")
-
-
-def _retry_after_header(r: httpx.Response) -> float | None:
-    try:
-        value = float(r.headers.get("retry-after", ""))
-    except ValueError:
-        return None  # absent, or an HTTP date: fall back to backoff
-    return value if math.isfinite(value) and value >= 0 else None
-
-
-def _clamp_retry_after(seconds: float | None) -> int:
-    """The Retry-After we pass on to our clients: whole seconds, at least 1, at most a minute."""
-    if seconds is None:
-        return DEFAULT_RETRY_AFTER
-    return max(1, min(MAX_RETRY_AFTER, math.ceil(seconds)))

@@ -72,24 +72,10 @@ class ConversationStore:
     def _key(self, conversation_id: str, seq: int = 0) -> dict[str, Any]:
         return to_item({"conversation_id": conversation_id, "seq": seq})
 
-    def create(self, conversation_id: str, customer_id: int, owner: str, now: str, lease_until: int) -> Header:
-        """A new conversation, born leased to the turn that creates it."""
-        values = {
-            "conversation_id": conversation_id,
-            "seq": 0,
-            "customer_id": customer_id,
-            "created_at": now,
-            "updated_at": now,
-            "next_seq": 1,
-            "lease_owner": owner,
-            "lease_expires_at": lease_until,
-        }
-        self._db.put_item(
-            TableName=self._table,
-            Item=to_item(values),
-            ConditionExpression="attribute_not_exists(conversation_id)",
-        )
-        return _header(values)
+    @staticmethod
+    def new_header(conversation_id: str, customer_id: int, now: str) -> Header:
+        """A conversation not stored yet: its header is written with its first messages (see append)."""
+        return Header(conversation_id, customer_id, now, now, 1, Usage())
 
     def acquire_lease(
         self, conversation_id: str, customer_id: int, owner: str, now_epoch: int, lease_until: int
@@ -172,11 +158,14 @@ class ConversationStore:
         usage: Usage | None = None,
         extra_puts: list[dict[str, Any]] | None = None,
         title: str | None = None,
+        create: Header | None = None,
+        lease_until: int = 0,
     ) -> list[StoredMessage]:
         """Store messages (and e.g. their audit rows) atomically; returns them with their seqs.
 
         Conditioned on holding the lease and on ``next_seq == expected_seq``: a writer that lost the
-        lease, or raced another, gets 409 and stores nothing.
+        lease, or raced another, gets 409 and stores nothing. With ``create``, the header is written
+        here too, leased to ``owner``: a new conversation exists only once it has messages.
         """
         stored: list[StoredMessage] = []
         items: list[dict[str, Any]] = []
@@ -218,17 +207,43 @@ class ConversationStore:
         if title is not None:
             update = update.replace("SET ", "SET title = if_not_exists(title, :title), ", 1)
             values[":title"] = title
-        items.append(
-            {
-                "Update": {
-                    "TableName": self._table,
-                    "Key": self._key(conversation_id),
-                    "UpdateExpression": update,
-                    "ConditionExpression": "lease_owner = :owner AND next_seq = :expected",
-                    "ExpressionAttributeValues": to_values(values),
-                }
+        if create is not None:
+            header = {
+                "conversation_id": conversation_id,
+                "seq": 0,
+                "customer_id": create.customer_id,
+                "created_at": create.created_at,
+                "updated_at": now,
+                "next_seq": expected_seq + len(messages),
+                "lease_owner": owner,
+                "lease_expires_at": lease_until,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_input_tokens": usage.cache_read_input_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                "title": title,
             }
-        )
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": to_item(header),
+                        "ConditionExpression": "attribute_not_exists(conversation_id)",
+                    }
+                }
+            )
+        else:
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": self._key(conversation_id),
+                        "UpdateExpression": update,
+                        "ConditionExpression": "lease_owner = :owner AND next_seq = :expected",
+                        "ExpressionAttributeValues": to_values(values),
+                    }
+                }
+            )
         items.extend(extra_puts or [])
         try:
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from support_agent import observability as obs
 from support_agent.ids import new_approval_id
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore, refund_request_sk
 from support_agent.store.refunds import RefundRace, RefundRequest, RefundWriter
@@ -75,6 +76,7 @@ def refund_tools(
         if committed + args.amount_cents <= threshold_cents:
             result = {"status": "REFUNDED", **money}
             writer.direct(request, threshold_cents, result)
+            obs.emit(obs.REFUNDS_COMPLETED)
             return result
         approval_id = new_approval_id()
         result = {
@@ -84,6 +86,7 @@ def refund_tools(
             "message": "Refunds of this size need a support lead's approval; the customer will be told the outcome.",
         }
         writer.reserve(request, approval_id, result)
+        obs.emit(obs.APPROVALS_CREATED)
         try:
             enqueue_approval(approval_id)
         except Exception:  # the sweep re-enqueues approvals that were never notified

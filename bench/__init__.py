@@ -1,0 +1,1 @@
+"""Benchmarks against the peers, side by side (`make bench`, docs/PERFORMANCE.md)."""

@@ -1,0 +1,78 @@
+"""`make bench` (`python -m bench`): every table, printed, and docs/PERFORMANCE.md written.
+
+Environment: BENCH_REPORT_ONLY=1 (rewrite the document from the last run's saved results),
+BENCH_RUNS (cold-start runs per variant, default 5), BENCH_TURNS (timed loop turns,
+default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+import time
+from typing import Any
+
+from bench import report
+from bench.env import ROOT
+
+RESULTS = ROOT / "bench" / ".results.pickle"
+
+
+def main() -> None:
+    if os.environ.get("BENCH_REPORT_ONLY") == "1":
+        print(f"wrote {report.write(pickle.loads(RESULTS.read_bytes()))}", file=sys.stderr)
+        return
+    runs = int(os.environ.get("BENCH_RUNS", "5"))
+    turns = int(os.environ.get("BENCH_TURNS", "30"))
+    only = set(filter(None, os.environ.get("BENCH_ONLY", "cold,imports,loop,aws,cache,long").split(",")))
+    results: dict[str, Any] = {"machine": report.machine(), "runs": runs, "turns": turns, "started": time.time()}
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - the run's log sink
+    from bench import aws, cache, coldstart, long, loop
+    from bench.env import quiet_logs, world
+
+    with world() as w:
+        if "cold" in only:
+            print(f"cold starts: {runs} runs per variant, interleaved ...", file=sys.stderr)
+            results["cold"] = coldstart.measure(w, runs)
+            results["interpreter_ms"] = {
+                "ours (.venv)": coldstart.interpreter_ms(coldstart.PYTHON),
+                "peers (bench/.venv-peers)": coldstart.interpreter_ms(coldstart.PEERS_PYTHON)
+                if coldstart.PEERS_PYTHON.exists()
+                else None,
+            }
+            report.show(report.cold_table(results))
+        if "imports" in only:
+            rows = [coldstart.importtime(w, coldstart.ROOT / "functions/chat/app.py", "ChatFunction") for _ in range(3)]
+            results["imports"] = rows
+            report.show(report.imports_table(results))
+        with contextlib.redirect_stdout(devnull):
+            loop.our_agent(w.model_url)[1]()  # builds the package's loggers, then silence them
+            quiet_logs()
+            if "loop" in only:
+                print(f"loop overhead: {turns} turns each ...", file=sys.stderr)
+                results["loop"] = loop.measure(w, warmup=5, runs=turns)
+            if "aws" in only:
+                results["aws"] = aws.measure(w)
+            if "cache" in only:
+                results["cache"] = cache.measure()
+            if "long" in only:
+                print("long conversations: 50 turns x 3 budgets ...", file=sys.stderr)
+                results["long"] = {b: long.run(w.model_url, 50, b) for b in ("0", "24000", "8000")}
+        for section, table in (
+            ("loop", report.loop_table),
+            ("aws", report.aws_table),
+            ("cache", report.cache_table),
+            ("long", report.long_table),
+        ):
+            if section in results:
+                report.show(table(results))
+        results["machine"]["load_after"] = os.getloadavg()
+        RESULTS.write_bytes(pickle.dumps(results))  # BENCH_REPORT_ONLY=1 rewrites the doc from it
+        path = report.write(results)  # before the servers stop: nothing measured is lost to a teardown
+        print(f"\nwrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

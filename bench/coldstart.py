@@ -1,0 +1,232 @@
+"""Cold starts: each handler in fresh processes, side by side with a bare boto3 handler and the peers.
+
+Every run is a new interpreter (bench/cold_child.py) that imports the handler and serves one event
+against moto and the instant model, both out of process. Rounds interleave the variants, so load on
+the machine falls on all of them alike; the median of the runs is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.env import PEERS_PYTHON, PYTHON, ROOT, World
+
+HANDLERS = ROOT / "bench" / "handlers"
+CHAT_MESSAGE = "Where is my order 1042, and what did you bill me for it?"
+
+
+@dataclass
+class Variant:
+    name: str
+    python: Path
+    handler: Path
+    function: str | None  # the template's logical id, for its environment
+    event: Any  # a callable returning a fresh event, or a fixed one
+    group: str  # ours | snapstart | baseline | peer
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def median(self, key: str) -> float:
+        return statistics.median(r[key] for r in self.runs)
+
+
+def _api_event(method: str, path: str, token: str, body: Any = None) -> dict[str, Any]:
+    event = json.loads((ROOT / "events" / "chat.json").read_text())
+    raw_path, _, query = path.partition("?")
+    event.update(routeKey=f"{method} {raw_path}", rawPath=raw_path, rawQueryString=query)
+    event["headers"]["authorization"] = f"Bearer {token}"
+    event["requestContext"]["http"].update(method=method, path=raw_path)
+    if query:
+        event["queryStringParameters"] = dict(kv.split("=", 1) for kv in query.split("&"))
+    if body is None:
+        event.pop("body", None)
+    else:
+        event["body"] = json.dumps(body)
+    return event
+
+
+def variants(world: World) -> list[Variant]:
+    from bench.env import JWT_SECRET
+    from devstack.tokens import mint_token
+
+    customer = mint_token("customer-7", "customer", 7, secret=JWT_SECRET, ttl_seconds=7200)
+    lead = mint_token("lead-1", "support_lead", None, secret=JWT_SECRET, ttl_seconds=7200)
+
+    def chat_event() -> dict[str, Any]:
+        return _api_event("POST", "/api/chat", customer, {"conversationId": None, "message": CHAT_MESSAGE})
+
+    def notifier_event() -> dict[str, Any]:
+        return _approval_queue_event(world)
+
+    out = [
+        Variant("chat", PYTHON, ROOT / "functions/chat/app.py", "ChatFunction", chat_event, "ours"),
+        Variant(
+            "chat, SnapStart (simulated: after restore)",
+            PYTHON,
+            ROOT / "functions/chat/app.py",
+            "ChatFunction",
+            chat_event,
+            "snapstart",
+        ),
+        Variant(
+            "approvals",
+            PYTHON,
+            ROOT / "functions/approvals/app.py",
+            "ApprovalsFunction",
+            _api_event("GET", "/api/approvals?status=PENDING", lead),
+            "ours",
+        ),
+        Variant(
+            "notifier",
+            PYTHON,
+            ROOT / "functions/approval_notifier/app.py",
+            "ApprovalNotifierFunction",
+            notifier_event,
+            "ours",
+        ),
+        Variant("sweep", PYTHON, ROOT / "functions/approval_sweep/app.py", "ApprovalSweepFunction", {}, "ours"),
+        Variant("baseline (boto3 GetItem)", PYTHON, HANDLERS / "baseline.py", None, {}, "baseline"),
+    ]
+    if PEERS_PYTHON.exists():
+        for name, module in (
+            ("strands-agents", "peer_strands"),
+            ("pydantic-ai", "peer_pydantic_ai"),
+            ("langgraph + langchain-anthropic", "peer_langgraph"),
+            ("openai-agents", "peer_openai_agents"),
+        ):
+            out.append(Variant(name, PEERS_PYTHON, HANDLERS / f"{module}.py", None, chat_event, "peer"))
+    return out
+
+
+def _approval_queue_event(world: World) -> dict[str, Any]:
+    """A PENDING approval never notified, sent through the deployed queue and received as Lambda would."""
+    import boto3
+
+    from devstack.events import sqs_event
+    from support_agent.ids import new_approval_id
+
+    env = world.stack.function_env("ChatFunction")
+    session = boto3.Session(region_name="us-east-1")
+    ddb = session.client("dynamodb", endpoint_url=world.moto_url)
+    sqs = session.client("sqs", endpoint_url=world.moto_url)
+    approval_id = new_approval_id()
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    item = {
+        "approval_id": {"S": approval_id},
+        "entity": {"S": "APPROVAL"},
+        "status": {"S": "PENDING"},
+        "customer_id": {"N": "7"},
+        "order_id": {"N": "1042"},
+        "amount_cents": {"N": "9000"},
+        "currency": {"S": "USD"},
+        "reason": {"S": "customer request"},
+        "conversation_id": {"S": "conv_bench"},
+        "created_at": {"S": now},
+    }
+    ddb.put_item(TableName=env["APPROVALS_TABLE"], Item=item)
+    url = env["APPROVAL_QUEUE_URL"]
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"approvalId": approval_id}))
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, AttributeNames=["All"], WaitTimeSeconds=1)
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return sqs_event(got["Messages"], arn, "us-east-1")
+
+
+def run_once(world: World, v: Variant) -> dict[str, Any]:
+    event = v.event() if callable(v.event) else v.event
+    env = world.env(v.function)
+    if v.group == "peer":
+        env.pop("PYTHONPATH", None)
+    if v.group == "snapstart":
+        env["BENCH_SNAPSTART"] = "1"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(event, fh)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [str(v.python), str(ROOT / "bench" / "cold_child.py"), str(v.handler), fh.name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=v.handler.parent,
+    )
+    wall = (time.perf_counter() - started) * 1000
+    Path(fh.name).unlink()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{v.name} failed:\n{proc.stderr[-3000:]}")
+    result = dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    if result["status"] != 200 or result["failures"]:
+        raise RuntimeError(f"{v.name} answered {result['status']}: {result['body']}")
+    result["process_ms"] = wall
+    return result
+
+
+def interpreter_ms(python: Path, runs: int = 5) -> float:
+    """A bare interpreter's start and exit, to read the process wall times against."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([str(python), "-c", "pass"], check=True)
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def measure(world: World, runs: int) -> list[Variant]:
+    vs = variants(world)
+    for v in vs:  # one untimed run each: page cache and .pyc files warm, as on a Lambda host
+        run_once(world, v)
+    for _ in range(runs):
+        for v in vs:
+            v.runs.append(run_once(world, v))
+    return vs
+
+
+def importtime(world: World, handler: Path, function: str) -> list[tuple[str, float, float]]:
+    """`python -X importtime` of a handler: (module, self ms, cumulative ms), largest first."""
+    env = world.env(function)
+    proc = subprocess.run(
+        [str(PYTHON), "-X", "importtime", "-c", "import app"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=handler.parent,
+        check=True,
+    )
+    rows = []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line or "self [us]" in line:
+            continue
+        _, self_us, cumulative_us, name = (part.strip() for part in line.replace("import time:", "|").split("|"))
+        rows.append((name, int(self_us) / 1000, int(cumulative_us) / 1000))
+    return rows
+
+
+def breakdown(rows: list[tuple[str, float, float]]) -> dict[str, float]:
+    """Cumulative import cost of the packages a handler pulls in, each counted where first imported."""
+    groups = {
+        "boto3 + botocore": ("boto3", "botocore", "s3transfer", "urllib3", "jmespath", "dateutil"),
+        "pydantic": ("pydantic", "pydantic_core", "annotated_types", "typing_extensions", "typing_inspection"),
+        "Powertools OpenAPI validation": ("aws_lambda_powertools.event_handler.openapi",),
+        "Powertools event handler (resolver)": ("aws_lambda_powertools.event_handler",),
+        "Powertools other": ("aws_lambda_powertools",),
+        "pyjwt": ("jwt",),
+        "cryptography (via pyjwt)": ("cryptography", "cffi", "_cffi_backend"),
+        "httpx": ("httpx", "httpcore", "h11", "anyio", "sniffio", "certifi", "idna"),
+        "support_agent (own code)": ("support_agent",),
+        "app.py": ("app",),
+    }
+    totals = dict.fromkeys(groups, 0.0)
+    totals["standard library and other"] = 0.0
+    for name, self_ms, _ in rows:
+        for group, prefixes in groups.items():
+            if any(name == p or name.startswith(p + ".") for p in prefixes):
+                totals[group] += self_ms
+                break
+        else:
+            totals["standard library and other"] += self_ms
+    return totals

@@ -1,0 +1,362 @@
+"""Tables for the terminal and docs/PERFORMANCE.md, from the measurements `python -m bench` makes."""
+
+from __future__ import annotations
+
+import itertools
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.env import PEERS_PYTHON, ROOT
+
+DOC = ROOT / "docs" / "PERFORMANCE.md"
+HAND_LOOP = "anthropic SDK hand loop"
+PEER_PACKAGES = ("strands-agents", "pydantic-ai-slim", "langgraph", "langchain-anthropic", "openai-agents", "anthropic")
+OUR_PACKAGES = ("boto3", "aws-lambda-powertools", "pydantic", "httpx", "PyJWT", "cryptography", "moto")
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cores": len(__import__("os").sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+        "load_before": __import__("os").getloadavg(),
+        "ours": _versions(ROOT / ".venv" / "bin" / "python", OUR_PACKAGES),
+        "peers": _versions(PEERS_PYTHON, PEER_PACKAGES) if PEERS_PYTHON.exists() else {},
+    }
+
+
+def _versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:
+    code = (
+        "import importlib.metadata as m, json, sys\n"
+        "out = {}\n"
+        "for p in sys.argv[1:]:\n"
+        "    try: out[p] = m.version(p)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))"
+    )
+    proc = subprocess.run([str(python), "-c", code, *packages], capture_output=True, text=True)
+    return dict(__import__("json").loads(proc.stdout or "{}"))
+
+
+def md(headers: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:,.2f}" if abs(v) < 10 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def show(table: str) -> None:
+    print("\n" + table, flush=True)
+
+
+def _ratio(a: float, b: float | None) -> str:
+    return f"{a / b:.2f}×" if b else "—"
+
+
+# -- cold start ---------------------------------------------------------------------------------
+
+
+def cold_summary(results: dict[str, Any]) -> dict[str, Any]:
+    vs = results["cold"]
+    base = next(v for v in vs if v.group == "baseline")
+    peers = [v for v in vs if v.group == "peer"]
+    fastest = min(peers, key=lambda v: v.median("total_ms")) if peers else None
+    chat = next(v for v in vs if v.name == "chat")
+    return {"variants": vs, "base": base, "fastest": fastest, "chat": chat}
+
+
+def cold_table(results: dict[str, Any]) -> str:
+    s = cold_summary(results)
+    base, fastest = s["base"].median("total_ms"), s["fastest"].median("total_ms") if s["fastest"] else None
+    rows = []
+    for v in s["variants"]:
+        total = v.median("total_ms")
+        rows.append(
+            [
+                v.name,
+                v.median("import_ms"),
+                v.median("first_event_ms"),
+                total,
+                v.median("process_ms"),
+                v.median("peak_rss_mb"),
+                int(v.median("modules")),
+                _ratio(v.median("import_ms"), s["base"].median("import_ms")),
+                _ratio(total, base),
+                "—" if v.group == "snapstart" else _ratio(total, fastest),  # the peers were not restored
+            ]
+        )
+    head = [
+        "handler",
+        "import ms",
+        "first event ms",
+        "import + first event ms",
+        "process wall ms",
+        "peak RSS MB",
+        "modules",
+        "import × baseline",
+        "total × baseline",
+        "total × fastest peer",
+    ]
+    return f"**Cold start** (median of {results['runs']} fresh processes each)\n\n" + md(head, rows)
+
+
+# -- imports ------------------------------------------------------------------------------------
+
+
+def imports_table(results: dict[str, Any]) -> str:
+    from bench.coldstart import breakdown
+
+    runs = [breakdown(rows) for rows in results["imports"]]
+    groups = list(runs[0])
+    total = statistics.median(sum(r.values()) for r in runs)
+    rows = [
+        [g, statistics.median(r[g] for r in runs), f"{statistics.median(r[g] for r in runs) / total:.0%}"]
+        for g in groups
+    ]
+    rows.sort(key=lambda r: -float(r[1]))
+    rows.append(["total (python -X importtime, self times summed)", total, "100%"])
+    cumulative: dict[str, list[float]] = {}
+    for run in results["imports"]:
+        for name, _self, cum in run:
+            cumulative.setdefault(name, []).append(cum)
+    watch = [
+        "aws_lambda_powertools.event_handler",
+        "aws_lambda_powertools.event_handler.openapi.params",
+        "aws_lambda_powertools.event_handler.openapi.compat",
+        "aws_lambda_powertools.logging",
+        "aws_lambda_powertools.metrics",
+        "aws_lambda_powertools.tracing",
+        "pydantic",
+        "jwt",
+        "cryptography.hazmat.primitives.asymmetric.rsa",
+        "httpx",
+        "boto3",
+        "botocore.session",
+    ]
+    single = [[name, statistics.median(cumulative[name])] for name in watch if name in cumulative]
+    return (
+        "**Import time of the chat handler by package** (`python -X importtime`, median of 3; self times, "
+        "each module counted once where it is first imported)\n\n"
+        + md(["package", "ms", "share"], rows)
+        + "\n\n**Cumulative import time of single modules** (what importing it first costs, dependencies included)\n\n"
+        + md(["module", "cumulative ms"], single)
+    )
+
+
+# -- loop -----------------------------------------------------------------------------------------
+
+
+def loop_rows(results: dict[str, Any]) -> tuple[list[list[Any]], dict[str, Any]]:
+    loop = results["loop"]
+    measured = {k: v for k, v in loop.items() if isinstance(v, dict) and not k.startswith("_")}
+    floor = measured["floor (raw httpx loop)"]
+    frameworks = {k: v for k, v in measured.items() if not k.startswith(("ours", "floor", HAND_LOOP))}
+    fastest = min(frameworks.items(), key=lambda kv: statistics.median(kv[1]["wall"])) if frameworks else None
+    rows = []
+    for name, v in measured.items():
+        wall, cpu = statistics.median(v["wall"]), statistics.median(v["cpu"])
+        rows.append(
+            [
+                name,
+                wall,
+                cpu,
+                _ratio(wall, statistics.median(floor["wall"])),
+                _ratio(cpu, statistics.median(floor["cpu"])),
+                _ratio(wall, statistics.median(fastest[1]["wall"])) if fastest else "—",
+                _ratio(cpu, statistics.median(fastest[1]["cpu"])) if fastest else "—",
+            ]
+        )
+    for name, why in loop.items():
+        if not isinstance(why, dict) and not name.startswith("_"):
+            rows.append([name, why, "", "", "", "", ""])
+    hand = measured.get(HAND_LOOP)
+    return rows, {"floor": floor, "fastest": fastest, "hand": hand, "ours": measured["ours (in-memory store)"]}
+
+
+def loop_table(results: dict[str, Any]) -> str:
+    rows, _ = loop_rows(results)
+    head = [
+        "3-iteration turn (× fastest peer = the fastest framework)",
+        "wall ms",
+        "CPU ms",
+        "× floor (wall)",
+        "× floor (CPU)",
+        "× fastest peer (wall)",
+        "× fastest peer (CPU)",
+    ]
+    table = (
+        f"**Loop overhead** (median of {results['turns']} turns after warm-up; "
+        "CPU = this process only, the server runs apart)\n\n" + md(head, rows)
+    )
+    profile = results["loop"].get("_profile")
+    if profile:
+        parts = sorted(profile.items(), key=lambda kv: -kv[1])
+        table += "\n\n**Where our turn's time goes** (cProfile, 30 turns; shares)\n\n" + md(
+            ["part", "share"], [[k, f"{v:.0%}"] for k, v in parts]
+        )
+    return table
+
+
+# -- AWS calls ------------------------------------------------------------------------------------
+
+
+def aws_table(results: dict[str, Any]) -> str:
+    a = results["aws"]
+    head = [
+        "turn (3 iterations, 2 read-only tool calls)",
+        "lease take",
+        "lease release",
+        "history query",
+        "TransactWriteItems",
+        "GetItem (tool)",
+        "Query (tool)",
+        "rate counter",
+        "other",
+        "requests",
+        "KB written per iteration",
+        "largest item KB",
+        "KB on the wire",
+    ]
+    rows = [
+        [
+            r["turn"],
+            r["lease_acquire"],
+            r["lease_release"],
+            r["history_query"],
+            r["transact_write"],
+            r["read:GetItem"],
+            r["read:Query"],
+            r["rate_limit"],
+            r["other"],
+            r["requests"],
+            r["written_kb_per_iteration"],
+            r["largest_item_kb"],
+            r["wire_kb"],
+        ]
+        for r in a["rows"]
+    ]
+    return (
+        f"**AWS requests per turn** (botocore before-call hooks; a {a['turns']}-turn conversation on moto; "
+        f"largest item over all {a['turns']} turns: {a['largest_item_kb']:.1f} KB of DynamoDB's 400 KB)\n\n"
+        + md(head, rows)
+    )
+
+
+# -- prompt cache ---------------------------------------------------------------------------------
+
+
+def cache_table(results: dict[str, Any]) -> str:
+    rows = []
+    for label, usage in results["cache"].items():
+        total = sum(u.total for u in usage)
+        read = sum(u.read for u in usage)
+        per = " · ".join(f"{u.read}/{u.written}/{u.uncached}" for u in usage)
+        rows.append([*label.split(" | "), per, total, f"{read / total:.0%}"])
+    head = [
+        "5-iteration turn",
+        "model (minimum)",
+        "which turn",
+        "per iteration: read/written/uncached tokens",
+        "input tokens",
+        "read from cache",
+    ]
+    return "**Prompt cache** (estimated under Anthropic's rules from our exact request bodies)\n\n" + md(head, rows)
+
+
+# -- long conversations -----------------------------------------------------------------------------
+
+
+def long_table(results: dict[str, Any]) -> str:
+    from bench.long import by_decade, cap_turn
+
+    parts = []
+    for budget, rows in results["long"].items():
+        label = "no history budget" if budget == "0" else f"HISTORY_TOKEN_BUDGET={budget}"
+        cap = cap_turn(rows)
+        trimmed = sum(
+            1
+            for a, b in itertools.pairwise(rows)
+            if b.messages_sent > 0 and b.last_request_bytes < a.last_request_bytes
+        )
+        table = md(
+            [
+                "turns",
+                "median wall ms",
+                "largest request KB",
+                "median input tokens per turn",
+                "median KB stored per turn",
+            ],
+            [
+                [d["turns"], d["wall_ms"], d["last_request_kb"], d["input_tokens"], d["written_kb"]]
+                for d in by_decade(rows)
+            ],
+        )
+        parts.append(
+            f"*{label}* — the default 200k conversation cap would answer 429 from turn {cap or '—'}; "
+            f"requests shrank {trimmed} times (the budget's cut moving)\n\n{table}"
+        )
+    return "**Long conversations** (50 turns of the 3-iteration turn, in-memory store)\n\n" + "\n\n".join(parts)
+
+
+# -- the document -------------------------------------------------------------------------------------
+
+
+def write(results: dict[str, Any]) -> Path:
+    from bench import narrative
+
+    m = results["machine"]
+    sections = [
+        "# Performance\n",
+        "Measured by `make bench` (`python -m bench`), which rewrote this file on "
+        + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(results["started"]))
+        + ". Every number below comes from one run on one machine; ratios are taken within that run, "
+        "side by side, which is what they are for. Absolute times are only meaningful against each other.\n",
+        "## Machine and command\n",
+        md(
+            ["", ""],
+            [
+                ["CPU", f"{m['cpu']} ({m['cores']} cores)"],
+                ["system", m["system"]],
+                ["Python", m["python"]],
+                ["load average before / after", f"{_load(m['load_before'])} / {_load(m.get('load_after'))}"],
+                ["our packages (.venv)", ", ".join(f"{k} {v}" for k, v in m["ours"].items())],
+                ["peers (bench/.venv-peers)", ", ".join(f"{k} {v}" for k, v in m["peers"].items()) or "not installed"],
+                ["command", f"`make bench` (BENCH_RUNS={results['runs']}, BENCH_TURNS={results['turns']})"],
+            ],
+        ),
+        narrative.summary(results),
+    ]
+    for key, table, note in (
+        ("cold", cold_table, narrative.cold),
+        ("imports", imports_table, narrative.imports),
+        ("loop", loop_table, narrative.loop),
+        ("aws", aws_table, narrative.aws),
+        ("cache", cache_table, narrative.cache),
+        ("long", long_table, narrative.long),
+    ):
+        if key in results:
+            sections.append(table(results))
+            sections.append(note(results))
+    sections.append(narrative.STATIC)
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text("\n\n".join(s.strip("\n") for s in sections) + "\n")
+    return DOC
+
+
+def _load(value: Any) -> str:
+    return " ".join(f"{x:.1f}" for x in value) if value else "—"

@@ -1,0 +1,100 @@
+"""The OpenAPI 3 document of the whole HTTP API, generated from the Powertools routes.
+
+Both routers (chat and lead) go on one resolver built as the functions build theirs, and Powertools
+writes the document from their pydantic request models, parameters and ``responses=``. Two things
+are then made true to the contract that Powertools cannot know: validation answers 400
+``bad_request`` (its default 422 entries are removed), and the bearer JWT is required everywhere
+except the resolver's public paths.
+
+    python -m support_agent.api.openapi > docs/openapi.json     # or: make openapi
+    python -m support_agent.api.openapi --check docs/openapi.json
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from typing import Any
+
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
+
+from support_agent.api import chat_routes, lead_routes
+from support_agent.api.http import build_resolver
+
+TITLE = "Support agent API"
+VERSION = "1.0.0"
+DESCRIPTION = (
+    "A customer-support agent: customers chat with a bounded, audited Claude tool-use loop; support leads "
+    "decide refunds above the threshold, close hand-offs and read the audit trail.\n\n"
+    "Every route except `/api/health` needs `Authorization: Bearer <JWT>`. The customer id comes from the "
+    'token only. Errors are `{"error": {"code", "message"}}`; HTTP field names are camelCase, tool '
+    "inputs and outputs snake_case, money integer minor units."
+)
+BEARER = "bearerJwt"
+
+
+def _public_paths() -> frozenset[str]:
+    """The paths ``build_resolver`` lets through unauthenticated (its default, read from its signature)."""
+    return frozenset(inspect.signature(build_resolver).parameters["public_paths"].default)
+
+
+def document() -> dict[str, Any]:
+    app = build_resolver()
+    app.include_router(chat_routes.router)
+    app.include_router(lead_routes.router)
+    raw = app.get_openapi_json_schema(
+        title=TITLE,
+        version=VERSION,
+        description=DESCRIPTION,
+        servers=[Server(url="/", description="The API's base URL (the ApiUrl stack output)")],
+        security_schemes={
+            BEARER: HTTPBearer(
+                scheme="bearer",
+                bearerFormat="JWT",
+                description="HS256 locally (`make tokens`), RS256/ES256 from the identity provider's JWKS in AWS.",
+            )
+        },
+        security=[{BEARER: []}],
+    )
+    doc: dict[str, Any] = json.loads(raw)
+    public = _public_paths()
+    for path, item in doc["paths"].items():
+        for operation in item.values():
+            operation["responses"].pop("422", None)
+            if path in public:
+                operation["security"] = []
+    doc["paths"] = dict(sorted(doc["paths"].items()))
+    _drop_unreferenced_schemas(doc)
+    return doc
+
+
+def _drop_unreferenced_schemas(doc: dict[str, Any]) -> None:
+    """Remove the schemas nothing points at any more (Powertools' 422 and response-validation bodies)."""
+    schemas: dict[str, Any] = doc.get("components", {}).get("schemas", {})
+    while True:
+        text = json.dumps({k: v for k, v in doc.items() if k != "components"}) + json.dumps(schemas)
+        unused = [name for name in schemas if f'"#/components/schemas/{name}"' not in text]
+        if not unused:
+            return
+        for name in unused:
+            del schemas[name]
+
+
+def render() -> str:
+    return json.dumps(document(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--check"] and len(argv) == 2:
+        with open(argv[1], encoding="utf-8") as f:
+            if f.read() == render():
+                return 0
+        print(f"{argv[1]} is out of date: run `make openapi`", file=sys.stderr)
+        return 1
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,235 @@
+"""The documented response shapes of the HTTP API, for the OpenAPI document.
+
+Handlers build plain dicts (views); these models only describe them, through each route's
+``responses=``. The integration tests validate real answers against the generated document, so a
+view and its model cannot drift apart silently. ``extra="forbid"`` makes that check strict.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from support_agent.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    ModelError,
+    ModelUnavailable,
+    NotFound,
+    RateLimited,
+    TokenBudgetExhausted,
+    TooLarge,
+    Unauthorized,
+)
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ------------------------------------------------------------------ errors
+
+
+class ErrorDetail(_Shape):
+    code: str = Field(..., description="Machine-readable: bad_request, unauthorized, forbidden, not_found, …")
+    message: str
+
+
+class ErrorBody(_Shape):
+    error: ErrorDetail
+
+
+_ERRORS: dict[int, tuple[type[ApiError], ...]] = {
+    400: (BadRequest,),
+    401: (Unauthorized,),
+    403: (Forbidden,),
+    404: (NotFound,),
+    409: (Conflict,),
+    413: (TooLarge,),
+    429: (TokenBudgetExhausted, RateLimited),
+    502: (ModelError,),
+    503: (ModelUnavailable,),
+}
+_WHY = {
+    400: "Malformed JSON, wrong types, unknown or missing fields",
+    401: "No, bad or expired bearer token",
+    403: "The token's role may not call this route",
+    404: "Unknown, or not yours (the same answer)",
+    409: "Conflicts with the current state",
+    413: "Body or message over the limit",
+    429: "Rate limited or out of token budget; see Retry-After",
+    502: "The model API refused the request",
+    503: "The model API is unavailable; see Retry-After",
+}
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before resending", "schema": {"type": "integer"}}}
+
+
+def error_response(status: int) -> dict[str, Any]:
+    codes = ", ".join(f"`{e.code}`" for e in _ERRORS[status])
+    out: dict[str, Any] = {
+        "description": f"{_WHY[status]} ({codes})",
+        "content": {"application/json": {"model": ErrorBody}},
+    }
+    if status in (429, 503):
+        out["headers"] = RETRY_AFTER
+    return out
+
+
+def responses(
+    model: type[BaseModel], *errors: int, description: str = "OK", also: dict[int, str] | None = None
+) -> dict[int, Any]:
+    """A route's ``responses=``: 200 with ``model`` (and ``also``: more statuses with the same body), and its errors."""
+    ok = {200: description, **(also or {})}
+    out: dict[int, Any] = {
+        status: {"description": why, "content": {"application/json": {"model": model}}} for status, why in ok.items()
+    }
+    for code in errors:
+        out[code] = error_response(code)
+    return out
+
+
+# ------------------------------------------------------------------ customer
+
+
+class ToolCallTrace(_Shape):
+    id: str
+    name: str
+    input: Any = Field(..., description="The tool input the model gave (snake_case)")
+    result: Any = Field(..., description="The tool's result (or error) as the model saw it, unfenced")
+    isError: bool
+
+
+class TraceIteration(_Shape):
+    iteration: int = Field(..., ge=1)
+    stopReason: str
+    toolCalls: list[ToolCallTrace]
+
+
+class ChatResponse(_Shape):
+    conversationId: str
+    reply: str
+    stopReason: Literal["end_turn", "stop_sequence", "refusal", "max_tokens", "max_iterations", "deadline"]
+    iterations: int = Field(..., ge=0)
+    inputTokens: int = Field(..., ge=0, description="Uncached input tokens, summed over the turn")
+    outputTokens: int = Field(..., ge=0)
+    cacheReadInputTokens: int = Field(..., ge=0)
+    cacheCreationInputTokens: int = Field(..., ge=0)
+    trace: list[TraceIteration] | None = Field(None, description="Every tool call; only when TRANSPARENCY=verbose")
+
+
+class ConversationSummary(_Shape):
+    conversationId: str
+    createdAt: str
+    updatedAt: str
+    title: str
+
+
+class ConversationList(_Shape):
+    conversations: list[ConversationSummary]
+    nextToken: str | None
+
+
+class MessageToolCall(_Shape):
+    name: str
+    input: Any
+    result: Any
+    isError: bool
+
+
+class ConversationMessage(_Shape):
+    seq: int
+    role: Literal["user", "assistant"]
+    createdAt: str
+    text: str
+    toolCalls: list[MessageToolCall]
+
+
+class RefundSummary(_Shape):
+    approvalId: str | None
+    orderId: int | None
+    amountCents: int | None
+    currency: str | None
+    status: str | None
+
+
+class ConversationView(_Shape):
+    """A reader's view: text and tool calls, fences removed, with the refunds raised in it."""
+
+    conversationId: str
+    createdAt: str
+    messages: list[ConversationMessage]
+    refunds: list[RefundSummary]
+
+
+class Health(_Shape):
+    status: Literal["ok"]
+
+
+# ------------------------------------------------------------------ support lead
+
+
+class Approval(_Shape):
+    approvalId: str
+    orderId: int | None
+    customerId: int | None
+    amountCents: int | None
+    currency: str | None
+    reason: str | None
+    status: Literal["PENDING", "APPROVED", "REFUNDED", "FAILED", "REJECTED", "EXPIRED", "RELEASED"] | None
+    conversationId: str | None
+    createdAt: str | None
+    decidedBy: str | None
+    decidedAt: str | None
+
+
+class ApprovalList(_Shape):
+    approvals: list[Approval]
+    nextToken: str | None
+
+
+class Handoff(_Shape):
+    handoffId: str
+    status: str | None
+    customerId: int | None
+    conversationId: str | None
+    reason: str | None
+    createdAt: str | None
+    closedBy: str | None
+    closedAt: str | None
+
+
+class HandoffList(_Shape):
+    handoffs: list[Handoff]
+    nextToken: str | None
+
+
+class AuditRecord(_Shape):
+    eventId: str | None
+    action: str | None
+    tool: str | None
+    input: Any
+    output: Any
+    outcome: str | None
+    actor: str | None
+    conversationId: str | None
+    approvalId: str | None
+    customerId: int | None
+    requestId: str | None
+    createdAt: str | None
+
+
+class AuditPage(_Shape):
+    records: list[AuditRecord]
+    nextToken: str | None
+
+
+class ErasureResult(_Shape):
+    customerId: int
+    conversations: int = Field(..., ge=0, description="Conversations erased by this call")
+    messages: int = Field(..., ge=0, description="Messages whose content was replaced by tombstones")
+    skipped: list[str] = Field(..., description="Conversations with a turn in progress: call again to finish")
+    complete: bool
+    auditEventId: str = Field(..., description="The customer_erased audit row")

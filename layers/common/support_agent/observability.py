@@ -1,0 +1,287 @@
+"""The one Logger, Metrics and Tracer every function shares (Powertools), and the events they record.
+
+* **Logs** are JSON lines from one Powertools ``Logger``. The package's plain ``logging`` loggers
+  (``support_agent.*``) write through the same handler, so every line of an invocation carries the
+  correlation ids the handler and the loop append (API request id, conversation id, approval id).
+  What is logged is chosen here, field by field: tool names, outcomes, latencies, token counts —
+  never a token, a key, a message text or a tool's output.
+* **Metrics** are CloudWatch EMF from one ``Metrics`` (namespace ``SupportAgent``, dimension
+  ``service``), flushed by ``@metrics.log_metrics`` on each handler. ``METRICS`` names every metric
+  the code emits; template.yaml's alarms and dashboard use exactly these (tests/unit/test_alarms.py).
+* **Traces**: a subsegment per model call, tool call and persistence write (``span``). The Tracer is
+  created only inside Lambda with tracing on: importing aws_xray_sdk builds two botocore clients for
+  its sampler, which costs about as much as importing boto3 itself (docs/OPERATIONS.md has the
+  numbers). Elsewhere — tests, the local stack, ``sam local`` — ``span`` costs nothing and
+  aws_xray_sdk is never imported. ``POWERTOOLS_TRACE_DISABLED=true`` turns it off in Lambda too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache, wraps
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Tracer
+
+    from support_agent.llm.base import Usage
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "support-agent"
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "SupportAgent"
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+# Reads (health, lists) emit no metric of their own: that is expected, not worth a warning per cold start.
+warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+
+# The package's own loggers (logging.getLogger(__name__)) share the JSON handler and its keys.
+_package = logging.getLogger("support_agent")
+_package.handlers = [logger.registered_handler]
+_package.setLevel(logger.log_level)
+_package.propagate = False
+
+# ------------------------------------------------------------------ metric names (alarms use these)
+
+INPUT_TOKENS = "InputTokens"
+OUTPUT_TOKENS = "OutputTokens"
+CACHE_READ_TOKENS = "CacheReadInputTokens"
+CACHE_WRITE_TOKENS = "CacheCreationInputTokens"
+MODEL_CALLS = "ModelCalls"
+MODEL_LATENCY = "ModelLatency"
+LLM_RETRIES = "LlmRetries"
+LLM_UNAVAILABLE = "LlmUnavailable"
+LLM_ERRORS = "LlmErrors"
+TURNS = "Turns"
+ITERATIONS = "IterationsPerTurn"
+TURN_COST = "EstimatedCostUSD"
+TOOL_CALLS = "ToolCalls"
+TOOL_ERRORS = "ToolErrors"
+APPROVALS_CREATED = "ApprovalsCreated"
+APPROVALS_APPROVED = "ApprovalsApproved"
+APPROVALS_REJECTED = "ApprovalsRejected"
+APPROVALS_EXPIRED = "ApprovalsExpired"
+APPROVALS_RELEASED = "ApprovalsReleased"
+REFUND_RETRIES = "RefundRetries"
+REFUNDS_COMPLETED = "RefundsCompleted"  # direct refunds; approved ones are RefundFlow's ExecutionsSucceeded
+OLDEST_PENDING_APPROVAL_AGE = "OldestPendingApprovalAge"
+
+METRICS: dict[str, str] = {
+    INPUT_TOKENS: MetricUnit.Count.value,
+    OUTPUT_TOKENS: MetricUnit.Count.value,
+    CACHE_READ_TOKENS: MetricUnit.Count.value,
+    CACHE_WRITE_TOKENS: MetricUnit.Count.value,
+    MODEL_CALLS: MetricUnit.Count.value,
+    MODEL_LATENCY: MetricUnit.Milliseconds.value,
+    LLM_RETRIES: MetricUnit.Count.value,
+    LLM_UNAVAILABLE: MetricUnit.Count.value,
+    LLM_ERRORS: MetricUnit.Count.value,
+    TURNS: MetricUnit.Count.value,
+    ITERATIONS: MetricUnit.Count.value,
+    TURN_COST: MetricUnit.NoUnit.value,
+    TOOL_CALLS: MetricUnit.Count.value,
+    TOOL_ERRORS: MetricUnit.Count.value,
+    APPROVALS_CREATED: MetricUnit.Count.value,
+    APPROVALS_APPROVED: MetricUnit.Count.value,
+    APPROVALS_REJECTED: MetricUnit.Count.value,
+    APPROVALS_EXPIRED: MetricUnit.Count.value,
+    APPROVALS_RELEASED: MetricUnit.Count.value,
+    REFUND_RETRIES: MetricUnit.Count.value,
+    REFUNDS_COMPLETED: MetricUnit.Count.value,
+    OLDEST_PENDING_APPROVAL_AGE: MetricUnit.Seconds.value,
+}
+
+
+def emit(name: str, value: float = 1) -> None:
+    """Add one value of a known metric (an unknown name is a bug: the dashboard would miss it)."""
+    metrics.add_metric(name=name, unit=METRICS[name], value=value)
+
+
+# ------------------------------------------------------------------ events
+
+
+def ms_since(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)
+
+
+def model_call(
+    *,
+    provider: str,
+    model: str,
+    iteration: int,
+    latency_ms: int,
+    retries: int,
+    outcome: str,
+    usage: Usage | None = None,
+    stop_reason: str | None = None,
+    error: str | None = None,
+) -> None:
+    """One line and the metrics of one model call; ``outcome`` is ok | unavailable | error."""
+    fields: dict[str, Any] = {
+        "event": "model_call",
+        "provider": provider,
+        "model": model,
+        "iteration": iteration,
+        "latency_ms": latency_ms,
+        "retries": retries,
+        "outcome": outcome,
+    }
+    emit(MODEL_CALLS)
+    emit(MODEL_LATENCY, latency_ms)
+    if retries:
+        emit(LLM_RETRIES, retries)
+    if outcome == "unavailable":
+        emit(LLM_UNAVAILABLE)
+    elif outcome == "error":
+        emit(LLM_ERRORS)
+    if usage is not None:
+        fields.update(
+            stop_reason=stop_reason,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+        )
+        emit(INPUT_TOKENS, usage.input_tokens)
+        emit(OUTPUT_TOKENS, usage.output_tokens)
+        emit(CACHE_READ_TOKENS, usage.cache_read_input_tokens)
+        emit(CACHE_WRITE_TOKENS, usage.cache_creation_input_tokens)
+    if error:
+        fields["error"] = error
+    (logger.info if outcome == "ok" else logger.warning)("model_call", extra=fields)
+
+
+def tool_dispatch(
+    *, tool: str, tool_use_id: str, iteration: int, outcome: str, is_error: bool, latency_ms: int
+) -> None:
+    """One line per tool call: which tool, how it ended, how long it took — never its input or output."""
+    logger.info(
+        "tool_dispatch",
+        extra={
+            "event": "tool_dispatch",
+            "tool": tool[:64],
+            "tool_use_id": tool_use_id[:128],
+            "iteration": iteration,
+            "outcome": outcome,
+            "is_error": is_error,
+            "latency_ms": latency_ms,
+        },
+    )
+    emit(TOOL_CALLS)
+    if is_error:
+        emit(TOOL_ERRORS)
+
+
+def turn_end(*, stop_reason: str, iterations: int, tool_calls: int, usage: Usage, cost_usd: float | None) -> None:
+    """The per-turn metrics: iterations and the estimated cost (absent for a model without a price)."""
+    logger.info(
+        "turn_end",
+        extra={
+            "event": "turn_end",
+            "stop_reason": stop_reason,
+            "iterations": iterations,
+            "tool_calls": tool_calls,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "estimated_cost_usd": cost_usd,
+        },
+    )
+    emit(TURNS)
+    emit(ITERATIONS, iterations)
+    if cost_usd is not None:
+        emit(TURN_COST, cost_usd)
+
+
+# ------------------------------------------------------------------ tracing
+
+
+def tracing_enabled() -> bool:
+    """Inside Lambda (not ``sam local``), unless POWERTOOLS_TRACE_DISABLED says otherwise."""
+    if os.environ.get("POWERTOOLS_TRACE_DISABLED", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    return bool(os.environ.get("LAMBDA_TASK_ROOT")) and not os.environ.get("AWS_SAM_LOCAL")
+
+
+@lru_cache(maxsize=1)
+def tracer() -> Tracer | None:
+    """The Tracer, created on first use and only where it can send anything (see the module doc)."""
+    if not tracing_enabled():
+        return None
+    from aws_lambda_powertools import Tracer
+
+    # Only what this code calls: DynamoDB/SQS/SNS/Step Functions (botocore) and the model (httpx).
+    return Tracer(service=SERVICE, patch_modules=["botocore", "httpx"])
+
+
+class Span:
+    """A subsegment, or nothing when tracing is off. Annotations are indexed (searchable) in X-Ray."""
+
+    def __init__(self, subsegment: Any = None) -> None:
+        self._subsegment = subsegment
+
+    def annotate(self, **values: str | int | float | bool | None) -> None:
+        if self._subsegment is None:
+            return
+        for key, value in values.items():
+            if value is not None:
+                self._subsegment.put_annotation(key, value)
+
+
+@contextmanager
+def span(name: str, **annotations: str | int | float | bool | None) -> Iterator[Span]:
+    t = tracer()
+    if t is None:
+        yield Span()
+        return
+    with t.provider.in_subsegment(name=name) as subsegment:
+        current = Span(subsegment)
+        current.annotate(**annotations)
+        yield current
+
+
+# ------------------------------------------------------------------ handlers
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def _stand_in_context() -> Any:
+    """What Lambda would pass, for callers that pass None (tests, scripts)."""
+    name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or SERVICE
+    return SimpleNamespace(
+        function_name=name,
+        memory_limit_in_mb=int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") or 0),
+        invoked_function_arn="",
+        aws_request_id=f"local-{uuid.uuid4()}",
+    )
+
+
+def observed(correlation_id_path: str | None = None) -> Callable[[Handler], Handler]:
+    """Logger context (Lambda fields, a correlation id from the event, state cleared per invocation)
+    and, inside Lambda with tracing on, the handler's own subsegment. Apply above ``@metrics.log_metrics``.
+    """
+
+    def decorate(handler: Handler) -> Handler:
+        inner: Callable[..., Any] = handler
+        t = tracer()
+        if t is not None:
+            inner = t.capture_lambda_handler(inner, capture_response=False)
+        inner = logger.inject_lambda_context(correlation_id_path=correlation_id_path, clear_state=True)(inner)
+
+        @wraps(handler)
+        def run(event: Any, context: Any = None, *args: Any, **kwargs: Any) -> Any:
+            return inner(event, context if context is not None else _stand_in_context(), *args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return decorate

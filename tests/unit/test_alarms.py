@@ -1,0 +1,288 @@
+"""Alarms, the ops topic and the dashboard, checked on the template (moto's CloudFormation skips alarms).
+
+Each alarm is pinned down — metric, namespace, dimensions, statistic, threshold, comparison, and
+its actions to the OpsTopic — and the custom metrics it watches must be ones the code emits
+(support_agent/observability.py METRICS), from the function whose service name it filters on.
+The dashboard is parsed as CloudWatch will see it and must show every metric the code emits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from devstack.stack import load_template, translate
+from support_agent import observability as obs
+
+OPS = {"Ref": "OpsTopic"}
+FUNCTIONS = ("ChatFunction", "ApprovalsFunction", "ApprovalNotifierFunction", "ApprovalSweepFunction")
+
+# Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
+EMITTED_BY = {
+    **{
+        name: "chat"
+        for name in (
+            obs.INPUT_TOKENS,
+            obs.OUTPUT_TOKENS,
+            obs.CACHE_READ_TOKENS,
+            obs.CACHE_WRITE_TOKENS,
+            obs.MODEL_CALLS,
+            obs.MODEL_LATENCY,
+            obs.LLM_RETRIES,
+            obs.LLM_UNAVAILABLE,
+            obs.LLM_ERRORS,
+            obs.TURNS,
+            obs.ITERATIONS,
+            obs.TURN_COST,
+            obs.TOOL_CALLS,
+            obs.TOOL_ERRORS,
+            obs.APPROVALS_CREATED,
+            obs.REFUNDS_COMPLETED,
+        )
+    },
+    obs.APPROVALS_APPROVED: "approvals",
+    obs.APPROVALS_REJECTED: "approvals",
+    obs.APPROVALS_RELEASED: "approvals",
+    obs.REFUND_RETRIES: "approvals",
+    obs.APPROVALS_EXPIRED: "approval_sweep",
+    obs.OLDEST_PENDING_APPROVAL_AGE: "approval_sweep",
+}
+
+# name -> (namespace, metric, dimensions, statistic, period, threshold, comparison, evaluation periods)
+SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
+    "ApprovalDLQAlarm": (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["ApprovalDLQ", "QueueName"]}}],
+        "Maximum",
+        300,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    "RefundFlowFailedAlarm": (
+        "AWS/States",
+        "ExecutionsFailed",
+        [{"Name": "StateMachineArn", "Value": {"Ref": "RefundFlow"}}],
+        "Sum",
+        300,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    "LlmUnavailableAlarm": (
+        "SupportAgent",
+        obs.LLM_UNAVAILABLE,
+        [{"Name": "service", "Value": "chat"}],
+        "Sum",
+        300,
+        3,
+        "GreaterThanOrEqualToThreshold",
+        1,
+    ),
+    **{
+        f"{fn}{metric}Alarm": (
+            "AWS/Lambda",
+            metric,
+            [{"Name": "FunctionName", "Value": {"Ref": fn}}],
+            "Sum",
+            300,
+            0,
+            "GreaterThanThreshold",
+            1,
+        )
+        for fn in FUNCTIONS
+        for metric in ("Errors", "Throttles")
+    },
+}
+MATH_ALARMS = ("Api5xxRateAlarm", "ApprovalsPendingTooLongAlarm")
+
+
+@pytest.fixture(scope="module")
+def sam() -> dict[str, Any]:
+    return load_template()
+
+
+@pytest.fixture(scope="module")
+def cfn(sam: dict[str, Any]) -> dict[str, Any]:
+    return translate(sam)
+
+
+def alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: v["Properties"] for k, v in template["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"}
+
+
+def service_of(cfn: dict[str, Any], function: str) -> str:
+    return str(cfn["Resources"][function]["Properties"]["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"])
+
+
+def test_every_alarm_is_known_and_notifies_the_ops_topic(cfn: dict[str, Any]) -> None:
+    found = alarms(cfn)
+    assert set(found) == set(SIMPLE_ALARMS) | set(MATH_ALARMS)
+    for name, alarm in found.items():
+        assert alarm["AlarmActions"] == [OPS], name
+        assert alarm["OKActions"] == [OPS], name
+        assert alarm["TreatMissingData"] == "notBreaching", name
+        assert "docs/OPERATIONS.md#" in alarm["AlarmDescription"], name
+
+
+@pytest.mark.parametrize("name", sorted(SIMPLE_ALARMS))
+def test_simple_alarm(cfn: dict[str, Any], name: str) -> None:
+    alarm = alarms(cfn)[name]
+    namespace, metric, dimensions, stat, period, threshold, comparison, periods = SIMPLE_ALARMS[name]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Dimensions"]) == (namespace, metric, dimensions)
+    assert (alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == (stat, period, threshold)
+    assert (alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == (comparison, periods)
+
+
+def test_every_function_has_error_and_throttle_alarms(cfn: dict[str, Any]) -> None:
+    functions = {k for k, v in cfn["Resources"].items() if v["Type"] == "AWS::Lambda::Function"}
+    assert functions == set(FUNCTIONS)
+    watched = {
+        (a["MetricName"], a["Dimensions"][0]["Value"]["Ref"])
+        for a in alarms(cfn).values()
+        if a.get("Namespace") == "AWS/Lambda"
+    }
+    assert watched == {(m, fn) for fn in functions for m in ("Errors", "Throttles")}
+
+
+def _math(alarm: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    by_id = {m["Id"]: m for m in alarm["Metrics"]}
+    (returned,) = [m for m in alarm["Metrics"] if m.get("ReturnData", True)]
+    return by_id, returned
+
+
+def test_api_5xx_rate_alarm(cfn: dict[str, Any]) -> None:
+    alarm = alarms(cfn)["Api5xxRateAlarm"]
+    by_id, returned = _math(alarm)
+    stage = [{"Name": "ApiId", "Value": {"Ref": "HttpApi"}}, {"Name": "Stage", "Value": "$default"}]
+    for metric_id, metric_name in (("errors", "5xx"), ("requests", "Count")):
+        stat = by_id[metric_id]["MetricStat"]
+        assert stat["Metric"] == {"Namespace": "AWS/ApiGateway", "MetricName": metric_name, "Dimensions": stage}
+        assert (stat["Stat"], stat["Period"]) == ("Sum", 300)
+    # A percentage of requests, judged only once there are at least ten in the period.
+    assert returned["Expression"] == "IF(requests >= 10, 100 * errors / requests, 0)"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (5, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (3, 2)
+    # The API stage SAM creates for an HttpApi without StageName is $default.
+    stages = [r for r in cfn["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Stage"]
+    assert [s["Properties"]["StageName"] for s in stages] == ["$default"]
+
+
+def test_pending_too_long_alarm_watches_the_sweeps_metric_in_hours(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    alarm = alarms(cfn)["ApprovalsPendingTooLongAlarm"]
+    by_id, returned = _math(alarm)
+    stat = by_id["age"]["MetricStat"]
+    assert stat["Metric"] == {
+        "Namespace": "SupportAgent",
+        "MetricName": obs.OLDEST_PENDING_APPROVAL_AGE,
+        "Dimensions": [{"Name": "service", "Value": service_of(cfn, "ApprovalSweepFunction")}],
+    }
+    assert obs.METRICS[obs.OLDEST_PENDING_APPROVAL_AGE] == "Seconds"
+    assert (stat["Stat"], stat["Period"]) == ("Maximum", 3600)
+    assert returned["Expression"] == "age / 3600"
+    assert alarm["Threshold"] == {"Ref": "PendingApprovalAlarmHours"}
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    param = sam["Parameters"]["PendingApprovalAlarmHours"]
+    # Alarm well before the approval would expire on its own.
+    assert param["Default"] < sam["Parameters"]["ApprovalTtlHours"]["Default"]
+
+
+def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> None:
+    services = {fn: service_of(cfn, fn) for fn in FUNCTIONS}
+    assert set(EMITTED_BY.values()) <= set(services.values())
+    assert set(EMITTED_BY) == set(obs.METRICS)
+    checked = 0
+    for alarm in alarms(cfn).values():
+        specs = [alarm] + [m["MetricStat"]["Metric"] for m in alarm.get("Metrics", []) if "MetricStat" in m]
+        for spec in specs:
+            if spec.get("Namespace") != "SupportAgent":
+                continue
+            assert spec["MetricName"] in obs.METRICS
+            assert spec["Dimensions"] == [{"Name": "service", "Value": EMITTED_BY[spec["MetricName"]]}]
+            checked += 1
+    assert checked == 2  # LlmUnavailable and OldestPendingApprovalAge
+
+
+def test_namespace_matches_the_functions_environment(sam: dict[str, Any]) -> None:
+    env = sam["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == obs.NAMESPACE == "SupportAgent"
+
+
+def test_ops_topic(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    topic = cfn["Resources"]["OpsTopic"]
+    assert topic["Type"] == "AWS::SNS::Topic"
+    # CloudWatch cannot publish to a topic encrypted under the AWS-managed key alias/aws/sns.
+    assert topic["Properties"].get("KmsMasterKeyId") != "alias/aws/sns"
+    email = cfn["Resources"]["OpsTopicEmail"]
+    assert email["Condition"] == "HasOpsAlertEmail"
+    assert email["Properties"] == {"TopicArn": OPS, "Protocol": "email", "Endpoint": {"Ref": "OpsAlertEmail"}}
+    assert cfn["Conditions"]["HasOpsAlertEmail"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "OpsAlertEmail"}, ""]}]}
+    assert sam["Outputs"]["OpsTopicArn"]["Value"] == OPS
+
+
+# ------------------------------------------------------------------ the dashboard
+
+
+def dashboard(cfn: dict[str, Any]) -> dict[str, Any]:
+    """The body with each ${X} / ${X.Attr} replaced by a marker naming it, parsed as JSON."""
+    (board,) = [r for r in cfn["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    body = board["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert isinstance(body, str)
+    return dict(json.loads(re.sub(r"\$\{([A-Za-z0-9:.]+)\}", r"<\1>", body)))
+
+
+def dashboard_metrics(body: dict[str, Any]) -> list[tuple[str, str, dict[str, str]]]:
+    out = []
+    for widget in body["widgets"]:
+        for row in widget["properties"].get("metrics", []):
+            fields = [f for f in row if isinstance(f, str)]
+            if not fields:  # an expression row
+                continue
+            assert "." not in fields, "spell every metric out (no '.' shorthand): the test reads them"
+            namespace, name, *dims = fields
+            out.append((namespace, name, dict(zip(dims[::2], dims[1::2], strict=True))))
+    return out
+
+
+def test_dashboard_shows_every_metric_the_code_emits(cfn: dict[str, Any]) -> None:
+    shown = dashboard_metrics(dashboard(cfn))
+    ours = {(name, dims.get("service")) for namespace, name, dims in shown if namespace == "SupportAgent"}
+    assert ours == set(EMITTED_BY.items())
+    for namespace, _name, dims in shown:
+        if namespace == "SupportAgent":
+            assert set(dims) == {"service"}
+
+
+def test_dashboard_shows_aws_metrics_of_this_stack(cfn: dict[str, Any]) -> None:
+    shown = dashboard_metrics(dashboard(cfn))
+    aws = {(ns, name, tuple(sorted(dims.items()))) for ns, name, dims in shown if ns != "SupportAgent"}
+    api = (("ApiId", "<HttpApi>"), ("Stage", "$default"))
+    assert {("AWS/ApiGateway", m, api) for m in ("Count", "4xx", "5xx", "Latency")} <= aws
+    flow = (("StateMachineArn", "<RefundFlow>"),)
+    assert {("AWS/States", "ExecutionsSucceeded", flow), ("AWS/States", "ExecutionsFailed", flow)} <= aws
+    for queue in ("ApprovalQueue", "ApprovalDLQ"):
+        assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", f"<{queue}.QueueName>"),)) in aws
+    for fn in FUNCTIONS:
+        for metric in ("Errors", "Throttles"):
+            assert ("AWS/Lambda", metric, (("FunctionName", f"<{fn}>"),)) in aws
+
+
+def test_dashboard_lists_every_alarm(cfn: dict[str, Any]) -> None:
+    body = dashboard(cfn)
+    (widget,) = [w for w in body["widgets"] if w["type"] == "alarm"]
+    assert sorted(widget["properties"]["alarms"]) == sorted(f"<{name}.Arn>" for name in alarms(cfn))
+
+
+def test_dashboard_expression_refers_to_a_metric_id(cfn: dict[str, Any]) -> None:
+    for widget in dashboard(cfn)["widgets"]:
+        rows = widget["properties"].get("metrics", [])
+        ids = {opt["id"] for row in rows for opt in row if isinstance(opt, dict) and "id" in opt}
+        for row in rows:
+            for opt in row:
+                if isinstance(opt, dict) and "expression" in opt:
+                    names = set(re.findall(r"[a-z][a-zA-Z0-9_]*", opt["expression"]))
+                    assert names <= ids, (opt["expression"], ids)
