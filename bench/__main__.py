@@ -69,8 +69,10 @@ def main() -> None:
             if section in results:
                 report.show(table(results))
         results["machine"]["load_after"] = os.getloadavg()
-        RESULTS.write_bytes(pickle.dumps(results))  # BENCH_REPORT_ONLY=1 rewrites the doc from it
         path = report.write(results)  # before the servers stop: nothing measured is lost to a teardown
+        for v in results.get("cold", []):
+            v.event = None  # closures over this run's servers: not kept
+        RESULTS.write_bytes(pickle.dumps(results))  # BENCH_REPORT_ONLY=1 rewrites the doc from it
         print(f"\nwrote {path}", file=sys.stderr)
 
 
