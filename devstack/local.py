@@ -65,6 +65,27 @@ def _moto(port: int) -> tuple[Any, str]:
     return server, url
 
 
+def _one_request_at_a_time() -> Any:
+    """Serialise moto's DynamoDB request handling, as each DynamoDB request is atomic; returns the undo.
+
+    moto checks a condition, then writes, in plain Python, and copies a table a transaction touches while
+    other threads may be writing it: under concurrent requests two conditional writes could both pass,
+    and a copy fails with "dictionary changed size" (a 500 botocore retries). The load run found the
+    latter. DynamoDB only: other services long-poll (SQS) and must not hold the lock.
+    """
+    from moto.core.responses import BaseResponse
+    from moto.dynamodb.responses import DynamoHandler
+
+    lock = threading.RLock()
+
+    def dispatch(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return BaseResponse.__dict__["dispatch"].__func__(cls, *args, **kwargs)
+
+    DynamoHandler.dispatch = classmethod(dispatch)  # type: ignore[assignment,method-assign]
+    return lambda: delattr(DynamoHandler, "dispatch")
+
+
 def demo_tokens(secret: str, issuer: str, audience: str, simulated: bool) -> dict[str, Any]:
     data = json.loads(DEMO_DATA.read_text())
     kw = {"secret": secret, "issuer": issuer, "audience": audience, "ttl_seconds": 12 * 3600}
@@ -97,6 +118,7 @@ def start(
     try:
         moto, moto_url = _moto(moto_port)
         local._stoppers.append(moto.stop)
+        local._stoppers.append(_one_request_at_a_time())
         aws_env = {
             "AWS_ENDPOINT_URL": moto_url,
             "AWS_DEFAULT_REGION": REGION,
