@@ -20,12 +20,16 @@ from support_agent.wiring import chat_services
 
 router = APIGatewayHttpRouter()
 
+# Exactly the characters str.isspace() counts as whitespace, so the schema and the route agree.
+NOT_BLANK = "[^\\t\\n\\v\\f\\r \\x1c-\\x1f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+
 
 class ChatRequest(BaseModel):
     # Identity never comes from the body: unknown fields such as customerId are refused.
     model_config = ConfigDict(extra="forbid")
     conversationId: str | None = Field(None, pattern=CONVERSATION_ID.pattern)
-    message: str = Field(..., min_length=1)
+    # Not blank, stated in the schema: at least one character that str.strip() would keep.
+    message: str = Field(..., min_length=1, pattern=NOT_BLANK)
 
 
 def _principal() -> Any:
