@@ -76,7 +76,17 @@ $(PEERS_STAMP): bench/requirements-peers.txt
 	$(PEERS_VENV)/bin/python -m pip install -q -r bench/requirements-peers.txt
 	touch $(PEERS_STAMP)
 
-bench: $(STAMP) $(PEERS_STAMP)
+# Our handlers' cold starts run where Lambda runs them: the layer's requirements plus boto3, at .venv's versions.
+LAMBDA_VENV  := bench/.venv-lambda
+LAMBDA_STAMP := $(LAMBDA_VENV)/.installed-stamp
+
+$(LAMBDA_STAMP): layers/common/requirements.txt $(STAMP)
+	test -x $(LAMBDA_VENV)/bin/python || $(PYTHON) -m venv $(LAMBDA_VENV)
+	$(PY) -m pip freeze --exclude-editable > $(LAMBDA_VENV)/constraints.txt
+	$(LAMBDA_VENV)/bin/python -m pip install -q -c $(LAMBDA_VENV)/constraints.txt -r layers/common/requirements.txt boto3
+	touch $(LAMBDA_STAMP)
+
+bench: $(STAMP) $(PEERS_STAMP) $(LAMBDA_STAMP)
 	$(PY) -m bench
 
 clean:

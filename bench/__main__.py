@@ -37,7 +37,7 @@ def main() -> None:
             print(f"cold starts: {runs} runs per variant, interleaved ...", file=sys.stderr)
             results["cold"] = coldstart.measure(w, runs)
             results["interpreter_ms"] = {
-                "ours (.venv)": coldstart.interpreter_ms(coldstart.PYTHON),
+                "ours (bench/.venv-lambda)": coldstart.interpreter_ms(coldstart.OURS),
                 "peers (bench/.venv-peers)": coldstart.interpreter_ms(coldstart.PEERS_PYTHON)
                 if coldstart.PEERS_PYTHON.exists()
                 else None,

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.env import PEERS_PYTHON, PYTHON, ROOT, World
+from bench.env import LAMBDA_PYTHON, PEERS_PYTHON, PYTHON, ROOT, World
 
 HANDLERS = ROOT / "bench" / "handlers"
+# Our handlers and the baseline run where Lambda would run them: the layer's packages and boto3 only.
+OURS = LAMBDA_PYTHON if LAMBDA_PYTHON.exists() else PYTHON
 CHAT_MESSAGE = "Where is my order 1042, and what did you bill me for it?"
 
 
@@ -65,10 +67,10 @@ def variants(world: World) -> list[Variant]:
         return _approval_queue_event(world)
 
     out = [
-        Variant("chat", PYTHON, ROOT / "functions/chat/app.py", "ChatFunction", chat_event, "ours"),
+        Variant("chat", OURS, ROOT / "functions/chat/app.py", "ChatFunction", chat_event, "ours"),
         Variant(
             "chat, SnapStart (simulated: after restore)",
-            PYTHON,
+            OURS,
             ROOT / "functions/chat/app.py",
             "ChatFunction",
             chat_event,
@@ -76,7 +78,7 @@ def variants(world: World) -> list[Variant]:
         ),
         Variant(
             "approvals",
-            PYTHON,
+            OURS,
             ROOT / "functions/approvals/app.py",
             "ApprovalsFunction",
             _api_event("GET", "/api/approvals?status=PENDING", lead),
@@ -84,14 +86,14 @@ def variants(world: World) -> list[Variant]:
         ),
         Variant(
             "notifier",
-            PYTHON,
+            OURS,
             ROOT / "functions/approval_notifier/app.py",
             "ApprovalNotifierFunction",
             notifier_event,
             "ours",
         ),
-        Variant("sweep", PYTHON, ROOT / "functions/approval_sweep/app.py", "ApprovalSweepFunction", {}, "ours"),
-        Variant("baseline (boto3 GetItem)", PYTHON, HANDLERS / "baseline.py", None, {}, "baseline"),
+        Variant("sweep", OURS, ROOT / "functions/approval_sweep/app.py", "ApprovalSweepFunction", {}, "ours"),
+        Variant("baseline (boto3 GetItem)", OURS, HANDLERS / "baseline.py", None, {}, "baseline"),
     ]
     if PEERS_PYTHON.exists():
         for name, module in (
@@ -190,7 +192,7 @@ def importtime(world: World, handler: Path, function: str) -> list[tuple[str, fl
     """`python -X importtime` of a handler: (module, self ms, cumulative ms), largest first."""
     env = world.env(function)
     proc = subprocess.run(
-        [str(PYTHON), "-X", "importtime", "-c", "import app"],
+        [str(OURS), "-X", "importtime", "-c", "import app"],
         env=env,
         capture_output=True,
         text=True,

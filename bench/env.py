@@ -23,6 +23,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
 PEERS_PYTHON = ROOT / "bench" / ".venv-peers" / "bin" / "python"
+# What a Lambda function of ours has: the layer's requirements and boto3, nothing of the dev tools
+# (.venv's rich and click, for one, would make `import httpx` import its CLI). `make bench` builds it.
+LAMBDA_PYTHON = ROOT / "bench" / ".venv-lambda" / "bin" / "python"
 JWT_SECRET = "bench-secret-0123456789abcdef-0123456789"
 AWS_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",

@@ -92,11 +92,13 @@ def cold_table(results: dict[str, Any]) -> str:
                 v.median("import_ms"),
                 v.median("first_event_ms"),
                 total,
+                v.median("cpu_ms"),
                 v.median("process_ms"),
                 v.median("peak_rss_mb"),
                 int(v.median("modules")),
                 _ratio(v.median("import_ms"), s["base"].median("import_ms")),
                 _ratio(total, base),
+                _ratio(v.median("cpu_ms"), s["base"].median("cpu_ms")),
                 "—" if v.group == "snapstart" else _ratio(total, fastest),  # the peers were not restored
             ]
         )
@@ -105,11 +107,13 @@ def cold_table(results: dict[str, Any]) -> str:
         "import ms",
         "first event ms",
         "import + first event ms",
+        "of which CPU ms",
         "process wall ms",
         "peak RSS MB",
         "modules",
         "import × baseline",
         "total × baseline",
+        "CPU × baseline",
         "total × fastest peer",
     ]
     return f"**Cold start** (median of {results['runs']} fresh processes each)\n\n" + md(head, rows)

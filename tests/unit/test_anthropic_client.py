@@ -727,3 +727,23 @@ def test_factory_reads_the_secret_through_boto3(monkeypatch: pytest.MonkeyPatch)
         )
         client.create(SYSTEM, HISTORY, TOOLS)
     assert script.requests[0].headers["x-api-key"] == API_KEY
+
+
+@pytest.mark.parametrize(
+    ("base_url", "verified"),
+    [
+        ("https://api.anthropic.com", True),
+        ("http://127.0.0.1:8787", False),
+        ("HTTPS://upper.example", True),
+        ("Http://local", False),
+    ],
+)
+def test_tls_verification_is_on_for_https_endpoints(
+    base_url: str, verified: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CA bundle is loaded only where TLS happens; an https endpoint is never left unverified."""
+    seen: list[Any] = []
+    real = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kw: seen.append(kw.get("verify", True)) or real(**kw))
+    AnthropicClient(api_key=API_KEY, model="claude-sonnet-4-5", base_url=base_url).close()
+    assert seen == [verified]

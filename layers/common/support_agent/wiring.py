@@ -23,6 +23,7 @@ from support_agent.store.audit import AuditStore
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.customer_data import CustomerDataStore
 from support_agent.store.handoffs import HandoffStore
+from support_agent.store.ratelimit import TurnRateLimiter
 from support_agent.store.refunds import RefundWriter
 from support_agent.tools.handoff import handoff_tools
 from support_agent.tools.orders import order_tools
@@ -37,6 +38,7 @@ class ChatServices:
     conversations: ConversationStore
     customer_data: CustomerDataStore
     approvals: ApprovalStore
+    limiter: TurnRateLimiter
 
 
 def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
@@ -79,6 +81,8 @@ def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs
         conversations,
         CustomerDataStore(ddb, settings.customer_data_table),
         ApprovalStore(ddb, settings.approvals_table),
+        # the same client as the stores: a second boto3 client would cost a cold start ~15-50 ms
+        TurnRateLimiter(ddb, settings.conversations_table, settings.turns_per_minute),
     )
 
 

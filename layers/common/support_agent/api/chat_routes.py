@@ -15,7 +15,6 @@ from support_agent.auth import require_customer
 from support_agent.errors import BadRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.llm.base import Deadline
-from support_agent.store.ratelimit import turn_limiter
 from support_agent.wiring import chat_services
 
 router = APIGatewayHttpRouter()
@@ -64,7 +63,7 @@ def chat(body: ChatRequest) -> dict[str, Any]:
         raise BadRequest("message: must not be blank")
     if len(body.message) > s.max_message_chars:
         raise TooLarge(f"message is longer than {s.max_message_chars} characters")
-    turn_limiter(s).take(customer_id)  # before the lease and the model: a refused turn costs nothing
+    services.limiter.take(customer_id)  # before the lease and the model: a refused turn costs nothing
     event = router.current_event
     request_id = event.request_context.request_id or "local"
     result = services.agent.run_turn(

@@ -38,6 +38,7 @@ from support_agent.llm.retry import (
     SPEND_LIMIT_RETRY_AFTER,
     Retryable,
     call_with_retries,
+    http_client,
     http_timeout,
     retry_after_header,
 )
@@ -86,7 +87,7 @@ class OpenAIClient:
         self._sleep = sleep
         self._random = random
         self._local = threading.local()
-        self._http = httpx.Client(transport=transport, follow_redirects=False)
+        self._http = http_client(self.url, transport)
 
     @property
     def last_retries(self) -> int:

@@ -82,6 +82,13 @@ def http_timeout(connect: float, read: float, deadline: Deadline | None) -> http
     )
 
 
+def http_client(url: str, transport: httpx.BaseTransport | None) -> httpx.Client:
+    """The model's HTTP client. A CA bundle is loaded only for an https endpoint: loading certifi's
+    costs a cold start 60-100 ms, wasted on a plain-http one (the local and simulated models);
+    anything but plain http keeps full verification."""
+    return httpx.Client(transport=transport, follow_redirects=False, verify=not url.lower().startswith("http://"))
+
+
 def call_with_retries(
     attempt: Callable[[], T],
     *,

@@ -12,12 +12,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from functools import lru_cache
 
-import boto3
 from botocore.exceptions import ClientError
 
-from support_agent.config import Settings
 from support_agent.errors import RateLimited
 from support_agent.store.dynamo import DynamoDBClient, is_conditional_failure, to_item, to_values
 
@@ -67,9 +64,3 @@ class TurnRateLimiter:
                 f"more than {self.per_minute} turns in a minute; try again shortly", retry_after=retry_after(now)
             ) from None
         return int(out["Attributes"]["count"]["N"])
-
-
-@lru_cache(maxsize=4)
-def turn_limiter(settings: Settings) -> TurnRateLimiter:
-    """The process-wide limiter for these settings (built on first use, reused while warm)."""
-    return TurnRateLimiter(boto3.client("dynamodb"), settings.conversations_table, settings.turns_per_minute)
