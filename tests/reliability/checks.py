@@ -268,3 +268,55 @@ class MotoSnapshot:
     def restore(self) -> None:
         for name, table in self._tables.items():
             table.items = copy.deepcopy(self._saved[name])
+
+
+class BackendWorld(World):
+    """The same reads, straight from the in-process moto's tables instead of through its HTTP layer.
+
+    moto serialises every response field by field; the checks after each step read whole partitions,
+    which made them half of the hostile-model property's time. Only for sequential tests: a thread
+    writing while these iterate would change the dicts under them.
+    """
+
+    region = "us-east-1"
+
+    def _table(self, name: str) -> Any:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        return dynamodb_backends[DEFAULT_ACCOUNT_ID][self.region].tables[name]
+
+    @staticmethod
+    def _plain(item: Any) -> dict[str, Any]:
+        return from_item(item.to_json()["Attributes"])
+
+    def _partition(self, table: str, key: dict[str, Any]) -> list[dict[str, Any]]:
+        from moto.dynamodb.models.dynamo_type import DynamoType
+
+        rows = self._table(table).items.get(DynamoType(key), {})
+        return [self._plain(i) for i in rows.values()]
+
+    def scan(self, table: str, **kw: Any) -> list[dict[str, Any]]:
+        if kw:
+            return super().scan(table, **kw)
+        return [self._plain(i) for i in self._table(table).all_items()]
+
+    def conversation_ids(self) -> list[str]:
+        names = (str(k.value) for k in self._table(self.conversations).items)
+        return sorted(n for n in names if n.startswith("conv_"))
+
+    def conversation(self, cid: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        rows = sorted(self._partition(self.conversations, {"S": cid}), key=lambda r: int(r["seq"]))
+        header = next(r for r in rows if r["seq"] == 0)
+        messages = [{"role": r["role"], "content": json.loads(r["content"])} for r in rows if r["seq"] > 0]
+        return header, messages
+
+    def audit_rows(self, stream: str) -> list[dict[str, Any]]:
+        return sorted(self._partition(self.audit, {"S": stream}), key=lambda r: str(r["event_id"]))
+
+    def customer_rows(self, customer_id: int, prefix: str = "") -> list[dict[str, Any]]:
+        rows = self._partition(self.customer_data, {"N": str(customer_id)})
+        return sorted((r for r in rows if str(r["sk"]).startswith(prefix)), key=lambda r: str(r["sk"]))
+
+    def order(self, customer_id: int, order_id: int) -> dict[str, Any]:
+        return next(r for r in self.customer_rows(customer_id, "ORDER#") if r["sk"] == f"ORDER#{order_id}")

@@ -30,7 +30,16 @@ from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.store.dynamo import to_item
-from tests.reliability.checks import MotoSnapshot, World, check_conversation, check_money, ints_in, leaks, untouched
+from tests.reliability.checks import (
+    BackendWorld,
+    MotoSnapshot,
+    World,
+    check_conversation,
+    check_money,
+    ints_in,
+    leaks,
+    untouched,
+)
 from tests.reliability.conftest import CI, SLOW
 from tests.reliability.figures import count
 from tests.reliability.wire import messages_transport
@@ -390,7 +399,7 @@ def fuzz_harness(aws: None) -> Harness:
 def _property(harness: Harness) -> Any:
     model = FuzzModel()
     _agent_with_fuzz(harness, model)
-    world = World.of_settings(harness.ddb, harness.settings)
+    world = BackendWorld.of_settings(harness.ddb, harness.settings)
     snapshot = MotoSnapshot()
 
     @given(steps=session)
@@ -402,7 +411,7 @@ def _property(harness: Harness) -> Any:
 
 
 def test_hostile_model_cannot_break_a_rule(fuzz_harness: Harness) -> None:
-    settings(parent=CI, max_examples=CI.max_examples * 2 // 3)(_property(fuzz_harness))()
+    settings(parent=CI, max_examples=CI.max_examples * 5 // 3)(_property(fuzz_harness))()
 
 
 @pytest.mark.slow
@@ -441,7 +450,7 @@ FOUND = {
 def test_found_and_fixed(fuzz_harness: Harness, name: str) -> None:
     model = FuzzModel()
     _agent_with_fuzz(fuzz_harness, model)
-    world = World.of_settings(fuzz_harness.ddb, fuzz_harness.settings)
+    world = BackendWorld.of_settings(fuzz_harness.ddb, fuzz_harness.settings)
     run_session(
         fuzz_harness,
         model,
@@ -449,3 +458,33 @@ def test_found_and_fixed(fuzz_harness: Harness, name: str) -> None:
         MotoSnapshot(),
         [(True, FOUND[name]), (False, [_r("end_turn", {"type": "text", "text": "again"})])],
     )
+
+
+def test_backend_reads_equal_api_reads(fuzz_harness: Harness) -> None:
+    """The checks above read moto's tables directly (BackendWorld): they must see exactly what the API returns,
+    or a property could pass on an empty read."""
+    model = FuzzModel()
+    _agent_with_fuzz(fuzz_harness, model)
+    fast = BackendWorld.of_settings(fuzz_harness.ddb, fuzz_harness.settings)
+    api = World.of_settings(fuzz_harness.ddb, fuzz_harness.settings)
+    refund_input = {"order_id": "@own_delivered", "amount_cents": 700, "reason": "broken"}
+    refund = {"type": "tool_use", "id": "r", "name": "request_refund", "input": refund_input}
+    run_session(
+        fuzz_harness,
+        model,
+        fast,
+        MotoSnapshot(),
+        [(True, [_r("tool_use", _LOOKUP, refund), _r("end_turn", {"type": "text", "text": "done"})])],
+    )
+    cids = api.conversation_ids()
+    assert cids and fast.conversation_ids() == cids
+    for cid in cids:
+        assert fast.conversation(cid) == api.conversation(cid)
+        assert fast.audit_rows(cid) == api.audit_rows(cid) != []
+    for customer in (7, 8):
+        for prefix in ("", "ORDER#", "REFUND#"):
+            assert fast.customer_rows(customer, prefix) == api.customer_rows(customer, prefix)
+    assert any(r["sk"].startswith("REFUND#") for r in fast.customer_rows(7, "REFUND#"))
+    for table in (api.approvals, api.customer_data, api.conversations):
+        assert sorted(map(repr, fast.scan(table))) == sorted(map(repr, api.scan(table)))
+    assert fast.order(7, 1042) == api.order(7, 1042)

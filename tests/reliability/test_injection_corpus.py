@@ -26,7 +26,16 @@ import pytest
 from support_agent.agent.untrusted import unfence
 from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
 from support_agent.store.dynamo import to_item
-from tests.reliability.checks import MotoSnapshot, World, check_conversation, check_money, ints_in, leaks, untouched
+from tests.reliability.checks import (
+    BackendWorld,
+    MotoSnapshot,
+    World,
+    check_conversation,
+    check_money,
+    ints_in,
+    leaks,
+    untouched,
+)
 from tests.reliability.figures import count
 from tests.support.harness import Harness
 
@@ -195,7 +204,7 @@ def attack(h: Harness, model: ObedientModel, world: World, entry: dict[str, Any]
 def obedient(harness: Harness) -> tuple[Harness, ObedientModel, World, MotoSnapshot]:
     model = ObedientModel()
     harness.agent.llm = model
-    return harness, model, World.of_settings(harness.ddb, harness.settings), MotoSnapshot()
+    return harness, model, BackendWorld.of_settings(harness.ddb, harness.settings), MotoSnapshot()
 
 
 def test_corpus_has_at_least_100_payloads_in_the_benchmark_styles() -> None:
