@@ -346,7 +346,7 @@ def _check_turn(h: Harness, world: World, orders: Orders, cid: str | None, outco
                     continue
                 use = uses[b["tool_use_id"]]
                 found = leaks(str(b["content"]), OTHER_MARKERS, orders.other_ids, ints_in(use.get("input")))
-                assert not found, f"customer 8's data in a tool result for customer 7: {found} in {b['content']!r}"
+                assert not found, f"customer 8's data for customer 7: {found} in {b['content']!r} for {use!r}"
     if outcome is not None and not isinstance(outcome, ApiError):
         echoed = set(authored)
         for it in outcome.trace:
@@ -443,6 +443,12 @@ FOUND = {
     "non-finite number in a tool input": [_r("tool_use", {**_LOOKUP, "input": {"order_id": float("nan")}})],
     # a lone surrogate cannot be encoded as UTF-8: the write-ahead failed, and the turn answered 409 each time
     "lone surrogate in text": [_r("end_turn", {"type": "text", "text": "broken \ud83d emoji"})],
+    # the API refuses a request in which a tool_use id repeats anywhere: the conversation was dead
+    # (found by the long run: a scripted id, reused in a later response)
+    "tool_use id reused from an earlier response": [
+        _r("tool_use", {**_LOOKUP, "id": "toolu_fixed"}),
+        _r("tool_use", {**_LOOKUP, "id": "toolu_fixed"}, {**_LOOKUP, "id": "toolu_other"}),
+    ],
 }
 
 

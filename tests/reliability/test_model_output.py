@@ -82,3 +82,12 @@ def test_nothing_usable_is_still_an_answer() -> None:
         {"type": "text", "text": "(no answer)"}
     ]
     assert sanitize_content("not a list") == [{"type": "text", "text": "(no answer)"}]
+
+
+def test_a_tool_use_id_already_in_the_conversation_is_not_stored_again() -> None:
+    """The API refuses any request in which a tool_use id repeats, in any message."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "lookup_order", "input": {"order_id": 1}}
+    fresh = {**use, "id": "toolu_2"}
+    assert sanitize_content([use, fresh], taken={"toolu_1"}) == [fresh]
+    assert sanitize_content([use], taken={"toolu_1"}) == [{"type": "text", "text": "(no answer)"}]
+    assert sanitize_content([use, fresh]) == [use, fresh]

@@ -75,4 +75,8 @@ def problems(messages: list[Message]) -> list[str]:
             stray = [b.get("tool_use_id") for b in results if b.get("tool_use_id") not in prev]
             if stray:
                 found.append(f"message {i}: tool_result for unknown tool_use {stray}")
+    ids = [b["id"] for m in merged if m["role"] == "assistant" for b in tool_uses(m)]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:  # the API refuses the whole request: "tool_use ids must be unique"
+        found.append(f"tool_use ids repeated across the conversation: {repeated}")
     return found

@@ -288,7 +288,8 @@ class _Turn:
             self.a.checkpoint("after_model_call")
             last = response
             self.usage += response.usage
-            assistant = {"role": "assistant", "content": sanitize_content(response.content)}
+            taken = {b["id"] for m in messages for b in hist.tool_uses(m)}
+            assistant = {"role": "assistant", "content": sanitize_content(response.content, taken)}
             stored = self._append(
                 ([pending_user] if pending_user else []) + [assistant],
                 usage=response.usage,

@@ -6,8 +6,9 @@ call refused), and an oversized answer would make the write itself fail on every
 
 * each kept block is rebuilt from the fields the API defines for its type (a stray ``citations`` or an
   unsigned ``thinking`` block is not replayed); unknown block types are dropped;
-* tool_use blocks need a usable, unique id and a tool-like name; at most `MAX_TOOL_USES` are kept, so
-  the results message, the header and one audit row per call fit one TransactWriteItems (100 items);
+* tool_use blocks need a usable id, unique in the whole conversation (the API refuses a request in
+  which any tool_use id repeats, in any message), and a tool-like name; at most `MAX_TOOL_USES` are
+  kept, so the results message, the header and one audit row per call fit one TransactWriteItems;
 * strings are made valid Unicode (lone surrogates cannot be encoded as UTF-8) and non-finite numbers
   are dropped (the API takes strict JSON only);
 * the whole content stays under `MAX_CONTENT_BYTES` (a DynamoDB item holds 400 KB): an oversized tool
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from typing import Any
 
 from support_agent.llm.base import Block
@@ -51,7 +53,7 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def _block(block: Any, seen: set[str]) -> Block | None:
+def _block(block: Any, seen: set[str], taken: Collection[str]) -> Block | None:
     """The block as the API defines it, or None when it cannot be replayed."""
     if not isinstance(block, dict):
         return None
@@ -61,7 +63,7 @@ def _block(block: Any, seen: set[str]) -> Block | None:
         return {"type": "text", "text": text} if isinstance(text, str) and text.strip() else None
     if kind == "tool_use":
         tid, name = block.get("id"), block.get("name")
-        if not (isinstance(tid, str) and TOOL_USE_ID.match(tid) and tid not in seen):
+        if not (isinstance(tid, str) and TOOL_USE_ID.match(tid) and tid not in seen and tid not in taken):
             return None
         if not (isinstance(name, str) and TOOL_NAME.match(name)) or len(seen) >= MAX_TOOL_USES:
             return None
@@ -95,8 +97,12 @@ def _fit(blocks: list[Block]) -> list[Block]:
     return blocks
 
 
-def sanitize_content(content: Any) -> list[Block]:
-    """What of the model's content can be stored and replayed as a valid assistant message."""
+def sanitize_content(content: Any, taken: Collection[str] = frozenset()) -> list[Block]:
+    """What of the model's content can be stored and replayed as a valid assistant message.
+
+    `taken`: the tool_use ids already in the conversation; a tool_use reusing one is dropped, not run.
+    """
     seen: set[str] = set()
-    kept = [b for b in (_block(clean(raw), seen) for raw in (content if isinstance(content, list) else [])) if b]
+    raws = content if isinstance(content, list) else []
+    kept = [b for b in (_block(clean(raw), seen, taken) for raw in raws) if b]
     return _fit(kept) or [dict(NO_ANSWER)]

@@ -24,7 +24,6 @@ import copy
 import json
 import logging
 import random as _random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,9 +36,8 @@ from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import (
     DEFAULT_RETRY_AFTER,
     SPEND_LIMIT_RETRY_AFTER,
-    call_with_retries,
+    RetryingClient,
     http_client,
-    http_timeout,
     retry_after_header,
 )
 from support_agent.llm.retry import SPEND_LIMIT as _SPEND_LIMIT
@@ -54,7 +52,7 @@ RETRYABLE_STATUS = frozenset({408, 429, 529})
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 
 
-class AnthropicClient:
+class AnthropicClient(RetryingClient):
     """One `create` = one Messages API call, with retries, per-attempt timeouts and a breaker.
 
     `api_key` may be a callable so a key from Secrets Manager is fetched on first use, not at import.
@@ -79,24 +77,21 @@ class AnthropicClient:
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
     ) -> None:
+        super().__init__(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_retries=max_retries,
+            breaker=breaker,
+            sleep=sleep,
+            clock=clock,
+            random=random,
+        )
         self.model = model
         self.max_tokens = max_tokens
         self.url = base_url.rstrip("/") + "/v1/messages"
         self.anthropic_version = anthropic_version
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
-        self.max_retries = max_retries
-        self.breaker = breaker if breaker is not None else CircuitBreaker(clock=clock)
         self._api_key = api_key
-        self._sleep = sleep
-        self._clock = clock
-        self._random = random
-        self._local = threading.local()
         self._http = http_client(self.url, transport)
-
-    @property
-    def last_retries(self) -> int:
-        return int(getattr(self._local, "retries", 0))
 
     def close(self) -> None:
         self._http.close()
@@ -112,7 +107,7 @@ class AnthropicClient:
         *,
         deadline: Deadline | None = None,
     ) -> LlmResponse:
-        self._local.retries = 0
+        self._begin()
         key = self._api_key() if callable(self._api_key) else self._api_key
         if not key:
             raise ModelError("model API key not configured")
@@ -122,23 +117,9 @@ class AnthropicClient:
             "anthropic-version": self.anthropic_version,
             "content-type": "application/json",
         }
-        return call_with_retries(
-            lambda: self._attempt(content, headers, key, deadline),
-            deadline=deadline,
-            max_retries=self.max_retries,
-            breaker=self.breaker,
-            sleep=self._sleep,
-            random=self._random,
-            on_retry=self._count_retry,
-        )
+        return self._retried(lambda: self._attempt(content, headers, key, deadline), deadline)
 
     # -- one attempt (retries, deadline and breaker: `llm/retry.py`) --------------------------
-
-    def _count_retry(self, retry: int) -> None:
-        self._local.retries = retry
-
-    def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
-        return http_timeout(self.connect_timeout, self.read_timeout, deadline)
 
     def _attempt(self, content: bytes, headers: dict[str, str], key: str, deadline: Deadline | None) -> LlmResponse:
         try:

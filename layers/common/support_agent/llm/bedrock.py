@@ -39,7 +39,7 @@ from support_agent.errors import ModelError, ModelUnavailable
 from support_agent.llm.anthropic import encode_body, parse_response
 from support_agent.llm.base import Deadline, LlmResponse, Message
 from support_agent.llm.breaker import CircuitBreaker
-from support_agent.llm.retry import MAX_RETRY_AFTER, Retryable, call_with_retries
+from support_agent.llm.retry import MAX_RETRY_AFTER, Retryable, RetryingClient
 from support_agent.llm.translate import bedrock_body
 
 RETRYABLE_CODES = frozenset(
@@ -61,7 +61,7 @@ def region_of(model_id: str) -> str | None:
     return match.group(1) if match else None
 
 
-class BedrockClient:
+class BedrockClient(RetryingClient):
     """One `create` = one `InvokeModel`, with retries, a per-attempt deadline and a breaker.
 
     `client` is an injected `bedrock-runtime` client (tests pass one with a botocore Stubber);
@@ -83,22 +83,20 @@ class BedrockClient:
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
     ) -> None:
+        super().__init__(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_retries=max_retries,
+            breaker=breaker,
+            sleep=sleep,
+            clock=clock,
+            random=random,
+        )
         self.model_id = model_id
         self.max_tokens = max_tokens
         self.region = region or region_of(model_id)
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
-        self.max_retries = max_retries
-        self.breaker = breaker if breaker is not None else CircuitBreaker(clock=clock)
         self._client = client
         self._client_lock = threading.Lock()
-        self._sleep = sleep
-        self._random = random
-        self._local = threading.local()
-
-    @property
-    def last_retries(self) -> int:
-        return int(getattr(self._local, "retries", 0))
 
     def runtime(self) -> Any:
         """The bedrock-runtime client, built once on first use."""
@@ -127,22 +125,11 @@ class BedrockClient:
         *,
         deadline: Deadline | None = None,
     ) -> LlmResponse:
-        self._local.retries = 0
+        self._begin()
         if not self.model_id:
             raise ModelError("Bedrock model id (BEDROCK_MODEL_ID) not configured")
         body = encode_body(bedrock_body(self.max_tokens, system, messages, tools, tool_choice))
-        return call_with_retries(
-            lambda: self._attempt(body, deadline),
-            deadline=deadline,
-            max_retries=self.max_retries,
-            breaker=self.breaker,
-            sleep=self._sleep,
-            random=self._random,
-            on_retry=self._count_retry,
-        )
-
-    def _count_retry(self, retry: int) -> None:
-        self._local.retries = retry
+        return self._retried(lambda: self._attempt(body, deadline), deadline)
 
     def _invoke(self, body: bytes) -> bytes:
         out = self.runtime().invoke_model(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import random as _random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -37,9 +36,8 @@ from support_agent.llm.retry import (
     SPEND_LIMIT,
     SPEND_LIMIT_RETRY_AFTER,
     Retryable,
-    call_with_retries,
+    RetryingClient,
     http_client,
-    http_timeout,
     retry_after_header,
 )
 from support_agent.llm.translate import openai_request, parse_openai_response
@@ -51,7 +49,7 @@ QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "bi
 MaxTokensParam = Literal["max_tokens", "max_completion_tokens"]
 
 
-class OpenAIClient:
+class OpenAIClient(RetryingClient):
     """One `create` = one chat completion, with retries, per-attempt timeouts and a breaker.
 
     `max_tokens_param`: "max_tokens" is what compatible servers read; OpenAI's newer models want
@@ -75,23 +73,21 @@ class OpenAIClient:
         clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
     ) -> None:
+        super().__init__(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_retries=max_retries,
+            breaker=breaker,
+            sleep=sleep,
+            clock=clock,
+            random=random,
+        )
         self.model = model
         self.max_tokens = max_tokens
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.max_tokens_param = max_tokens_param
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
-        self.max_retries = max_retries
-        self.breaker = breaker if breaker is not None else CircuitBreaker(clock=clock)
         self._api_key = api_key
-        self._sleep = sleep
-        self._random = random
-        self._local = threading.local()
         self._http = http_client(self.url, transport)
-
-    @property
-    def last_retries(self) -> int:
-        return int(getattr(self._local, "retries", 0))
 
     def close(self) -> None:
         self._http.close()
@@ -105,7 +101,7 @@ class OpenAIClient:
         *,
         deadline: Deadline | None = None,
     ) -> LlmResponse:
-        self._local.retries = 0
+        self._begin()
         key = self._api_key() if callable(self._api_key) else self._api_key
         body = openai_request(
             self.model,
@@ -120,23 +116,11 @@ class OpenAIClient:
         headers = {"content-type": "application/json"}
         if key:
             headers["authorization"] = f"Bearer {key}"
-        return call_with_retries(
-            lambda: self._attempt(content, headers, key, deadline),
-            deadline=deadline,
-            max_retries=self.max_retries,
-            breaker=self.breaker,
-            sleep=self._sleep,
-            random=self._random,
-            on_retry=self._count_retry,
-        )
-
-    def _count_retry(self, retry: int) -> None:
-        self._local.retries = retry
+        return self._retried(lambda: self._attempt(content, headers, key, deadline), deadline)
 
     def _attempt(self, content: bytes, headers: dict[str, str], key: str, deadline: Deadline | None) -> LlmResponse:
-        timeout = http_timeout(self.connect_timeout, self.read_timeout, deadline)
         try:
-            r = self._http.post(self.url, content=content, headers=headers, timeout=timeout)
+            r = self._http.post(self.url, content=content, headers=headers, timeout=self._timeout(deadline))
         except httpx.TransportError as exc:
             raise Retryable(type(exc).__name__) from None
         if r.status_code == 200:

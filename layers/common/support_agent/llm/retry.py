@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -144,3 +145,56 @@ def call_with_retries(
         raise
     breaker.record_success()
     return result
+
+
+class RetryingClient:
+    """What every model adapter shares: per-attempt timeouts, retries with jitter bounded by the
+    deadline, a breaker, and the per-thread retry count the loop logs (`last_retries`).
+
+    `sleep`, `clock` and `random` are injectable so tests never wait.
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+        max_retries: int,
+        breaker: CircuitBreaker | None,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+        random: Callable[[], float],
+    ) -> None:
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.max_retries = max_retries
+        self.breaker = breaker if breaker is not None else CircuitBreaker(clock=clock)
+        self._sleep = sleep
+        self._clock = clock
+        self._random = random
+        self._local = threading.local()
+
+    @property
+    def last_retries(self) -> int:
+        return int(getattr(self._local, "retries", 0))
+
+    def _begin(self) -> None:
+        """A new `create`: its retry count starts at zero, whatever the last call of this thread did."""
+        self._local.retries = 0
+
+    def _retried(self, attempt: Callable[[], T], deadline: Deadline | None) -> T:
+        return call_with_retries(
+            attempt,
+            deadline=deadline,
+            max_retries=self.max_retries,
+            breaker=self.breaker,
+            sleep=self._sleep,
+            random=self._random,
+            on_retry=self._count_retry,
+        )
+
+    def _count_retry(self, retry: int) -> None:
+        self._local.retries = retry
+
+    def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
+        return http_timeout(self.connect_timeout, self.read_timeout, deadline)
