@@ -21,11 +21,10 @@ import pytest
 from devstack.stack import Stack
 from support_agent import wiring
 from support_agent.approvals import notifier as notifier_module
-from support_agent.ids import new_approval_id, new_conversation_id
+from support_agent.ids import new_approval_id
 from support_agent.store.approvals import ApprovalStore
-from support_agent.store.dynamo import to_item
-from support_agent.store.refunds import RefundRequest, RefundWriter
 from tests.integration.conftest import BASE_ENV, load_handler
+from tests.support.approvals import put_pending_approval
 
 CUSTOMER = 70
 _order_ids = itertools.count(70_001)
@@ -49,44 +48,15 @@ class Env:
 
     def pending_approval(self, amount_cents: int = 18_900, created_at: datetime | None = None) -> str:
         """An order and a PENDING approval reserving ``amount_cents``, written by the refund tool's writer."""
-        order_id = next(_order_ids)
-        self.ddb.put_item(
-            TableName=self.env["CUSTOMER_DATA_TABLE"],
-            Item=to_item(
-                {
-                    "customer_id": CUSTOMER,
-                    "sk": f"ORDER#{order_id}",
-                    "order_id": order_id,
-                    "status": "DELIVERED",
-                    "total_cents": amount_cents,
-                    "currency": "USD",
-                    "available_cents": amount_cents,
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                }
-            ),
+        return put_pending_approval(
+            self.ddb,
+            self.env,
+            CUSTOMER,
+            next(_order_ids),
+            amount_cents,
+            iso(created_at or datetime.now(UTC)),
+            "arrived broken",
         )
-        approval_id = new_approval_id()
-        conversation_id = new_conversation_id()
-        writer = RefundWriter(
-            self.ddb, self.env["CUSTOMER_DATA_TABLE"], self.env["APPROVALS_TABLE"], self.env["AUDIT_TABLE"]
-        )
-        request = RefundRequest(
-            customer_id=CUSTOMER,
-            order_id=order_id,
-            total_cents=amount_cents,
-            amount_cents=amount_cents,
-            currency="USD",
-            reason="arrived broken",
-            request_sk=f"REFUND#{conversation_id}#1#toolu_{order_id}",
-            conversation_id=conversation_id,
-            tool_use_id=f"toolu_{order_id}",
-            actor="customer-70",
-            request_id=f"req_{order_id}",
-            now=iso(created_at or datetime.now(UTC)),
-        )
-        writer.reserve(request, approval_id, {"status": "PENDING_APPROVAL", "approval_id": approval_id})
-        return approval_id
 
     def approval(self, approval_id: str) -> dict[str, Any]:
         item = ApprovalStore(self.ddb, self.env["APPROVALS_TABLE"]).get(approval_id)

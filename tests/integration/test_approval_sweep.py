@@ -21,13 +21,11 @@ from support_agent import wiring
 from support_agent.approvals import sweep as sweep_module
 from support_agent.approvals.notifier import iso
 from support_agent.config import get_settings
-from support_agent.ids import new_approval_id, new_conversation_id
 from support_agent.store.approvals import ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.customer_data import CustomerDataStore
-from support_agent.store.dynamo import to_item
-from support_agent.store.refunds import RefundRequest, RefundWriter
 from tests.integration.conftest import BASE_ENV, load_handler
+from tests.support.approvals import put_pending_approval
 
 CUSTOMER = 71
 NOW = datetime(2030, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -63,45 +61,8 @@ class Env:
         )
 
     def pending_approval(self, created_at: datetime, amount_cents: int = 18_900, notified: bool = False) -> str:
-        order_id = next(_order_ids)
-        self.ddb.put_item(
-            TableName=self.env["CUSTOMER_DATA_TABLE"],
-            Item=to_item(
-                {
-                    "customer_id": CUSTOMER,
-                    "sk": f"ORDER#{order_id}",
-                    "order_id": order_id,
-                    "status": "DELIVERED",
-                    "total_cents": amount_cents,
-                    "currency": "USD",
-                    "available_cents": amount_cents,
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                }
-            ),
-        )
-        approval_id = new_approval_id()
-        conversation_id = new_conversation_id()
-        writer = RefundWriter(
-            self.ddb, self.env["CUSTOMER_DATA_TABLE"], self.env["APPROVALS_TABLE"], self.env["AUDIT_TABLE"]
-        )
-        writer.reserve(
-            RefundRequest(
-                customer_id=CUSTOMER,
-                order_id=order_id,
-                total_cents=amount_cents,
-                amount_cents=amount_cents,
-                currency="USD",
-                reason="never arrived",
-                request_sk=f"REFUND#{conversation_id}#1#toolu_{order_id}",
-                conversation_id=conversation_id,
-                tool_use_id=f"toolu_{order_id}",
-                actor="customer-71",
-                request_id=f"req_{order_id}",
-                now=iso(created_at),
-            ),
-            approval_id,
-            {"status": "PENDING_APPROVAL", "approval_id": approval_id},
+        approval_id = put_pending_approval(
+            self.ddb, self.env, CUSTOMER, next(_order_ids), amount_cents, iso(created_at), "never arrived"
         )
         if notified:
             assert self.store.claim_notification(approval_id, iso(created_at + timedelta(seconds=1)))
