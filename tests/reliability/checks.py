@@ -31,6 +31,7 @@ from support_agent.llm.anthropic import build_body, encode_body
 from support_agent.store.dynamo import from_item, to_values
 
 OPEN_APPROVAL = ("PENDING", "APPROVED", "FAILED")
+FENCE_TAG = re.compile(r"</?untrusted-data-[0-9a-f]{16}>")
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ def leaks(text: str, markers: Iterable[str], ids: Iterable[int], echoed: Iterabl
     An id the model itself sent (`echoed`) may come back in an error message ("order 2001 was not found"):
     that tells the model nothing it did not know, so it is not a leak.
     """
+    text = FENCE_TAG.sub("<fence>", text)  # a random hex tag may hold "2001" by chance: not data
     found = [m for m in markers if m.lower() in text.lower()]
     allowed = {str(i) for i in echoed}
     found += [str(i) for i in ids if str(i) not in allowed and re.search(rf"(?<!\d){i}(?!\d)", text)]

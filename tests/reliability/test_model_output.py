@@ -91,3 +91,11 @@ def test_a_tool_use_id_already_in_the_conversation_is_not_stored_again() -> None
     assert sanitize_content([use, fresh], taken={"toolu_1"}) == [fresh]
     assert sanitize_content([use], taken={"toolu_1"}) == [{"type": "text", "text": "(no answer)"}]
     assert sanitize_content([use, fresh]) == [use, fresh]
+
+
+def test_a_fence_tag_that_happens_to_hold_an_id_is_no_leak() -> None:
+    from tests.reliability.checks import leaks
+
+    fenced = '<untrusted-data-730b2001b666b405>\n{"error":"not executed"}\n</untrusted-data-730b2001b666b405>'
+    assert leaks(fenced, ["Okafor"], [2001]) == []
+    assert leaks(fenced.replace("not executed", "order 2001"), ["Okafor"], [2001]) == ["2001"]
