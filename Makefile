@@ -10,7 +10,7 @@ SAM_VENV        := .venv-sam
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP       := $(SAM_VENV)/.installed-sam-$(SAM_CLI_VERSION)
 
-.PHONY: dev demo test lint unit live tokens openapi sam smoke bench clean
+.PHONY: dev demo test lint unit live tokens openapi sam build smoke bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -60,6 +60,19 @@ $(SAM_STAMP):
 	$(SAM_VENV)/bin/python -m pip install -q uv
 	$(SAM_VENV)/bin/uv pip install -q --python $(SAM_VENV)/bin/python 'aws-sam-cli==$(SAM_CLI_VERSION)'
 	touch $(SAM_STAMP)
+
+## make build: `sam build` for ARCH (default arm64, the template's), then every module of the layer and the
+## functions precompiled for the runtime's Python: Lambda cannot write __pycache__ under /opt or /var/task,
+## so without .pyc files each cold start compiles the whole layer again (docs/PERFORMANCE.md).
+## RUNTIME_PYTHON: a python3.13 (found on PATH or under pyenv; its directory goes first on sam's PATH).
+ARCH           ?= arm64
+PYENV_ROOT     ?= $(HOME)/.pyenv
+RUNTIME_PYTHON ?= $(firstword $(shell command -v python3.13 >/dev/null && python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null) $(wildcard $(PYENV_ROOT)/versions/3.13*/bin/python3.13))
+PRECOMPILE     := -m compileall -q -j 0 --invalidation-mode unchecked-hash
+build: $(SAM_STAMP)
+	@test -n "$(RUNTIME_PYTHON)" || { echo "make build needs python3.13 (set RUNTIME_PYTHON=/path/to/python3.13)"; exit 1; }
+	env -u PYTHONPATH PATH="$(dir $(RUNTIME_PYTHON)):$$PATH" $(SAM_VENV)/bin/sam build --parameter-overrides Architecture=$(ARCH)
+	$(RUNTIME_PYTHON) $(PRECOMPILE) .aws-sam/build
 
 ## make smoke: sam build (x86_64 and arm64); each built function serves an event from events/ under python3.13
 smoke: $(STAMP) $(SAM_STAMP)

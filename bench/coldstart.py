@@ -7,9 +7,12 @@ the machine falls on all of them alike; the median of the runs is reported.
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -31,7 +34,7 @@ class Variant:
     handler: Path
     function: str | None  # the template's logical id, for its environment
     event: Any  # a callable returning a fresh event, or a fixed one
-    group: str  # ours | snapstart | baseline | peer
+    group: str  # ours | snapstart | nopyc | baseline | peer
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     def median(self, key: str) -> float:
@@ -75,6 +78,14 @@ def variants(world: World) -> list[Variant]:
             "ChatFunction",
             chat_event,
             "snapstart",
+        ),
+        Variant(
+            "chat, as a plain `sam build` ships it (no .pyc)",
+            Path(sys.base_prefix) / "bin" / "python3",
+            ROOT / "functions/chat/app.py",
+            "ChatFunction",
+            chat_event,
+            "nopyc",
         ),
         Variant(
             "approvals",
@@ -139,18 +150,43 @@ def _approval_queue_event(world: World) -> dict[str, Any]:
     return sqs_event(got["Messages"], arn, "us-east-1")
 
 
+_NO_BYTECODE: Path | None = None
+
+
+def no_bytecode_tree() -> Path:
+    """The layer as a plain `sam build` ships it: bench/.venv-lambda's packages and our source, no .pyc.
+
+    Run with `python -S` from the base interpreter and PYTHONDONTWRITEBYTECODE, as Lambda's read-only
+    /opt is: every module is compiled on every cold start (`make build` precompiles; this row is why).
+    """
+    global _NO_BYTECODE
+    if _NO_BYTECODE is None:  # built afresh once per run, from the code as it is now
+        tree = Path(tempfile.mkdtemp(prefix="bench-layer-no-pyc-"))
+        atexit.register(shutil.rmtree, tree, ignore_errors=True)
+        site = next((LAMBDA_PYTHON.parent.parent / "lib").glob("python3*/site-packages"))
+        skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(site, tree, dirs_exist_ok=True, ignore=skip)
+        shutil.copytree(ROOT / "layers" / "common" / "support_agent", tree / "support_agent", ignore=skip)
+        _NO_BYTECODE = tree
+    return _NO_BYTECODE
+
+
 def run_once(world: World, v: Variant) -> dict[str, Any]:
     event = v.event() if callable(v.event) else v.event
     env = world.env(v.function)
+    flags: list[str] = []
     if v.group == "peer":
         env.pop("PYTHONPATH", None)
+    if v.group == "nopyc":
+        env.update(PYTHONPATH=str(no_bytecode_tree()), PYTHONDONTWRITEBYTECODE="1")
+        flags = ["-S"]
     if v.group == "snapstart":
         env["BENCH_SNAPSTART"] = "1"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(event, fh)
     started = time.perf_counter()
     proc = subprocess.run(
-        [str(v.python), str(ROOT / "bench" / "cold_child.py"), str(v.handler), fh.name],
+        [str(v.python), *flags, str(ROOT / "bench" / "cold_child.py"), str(v.handler), fh.name],
         env=env,
         capture_output=True,
         text=True,

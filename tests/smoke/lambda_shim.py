@@ -14,6 +14,7 @@ plus where every imported top-level package came from and the init and invoke ti
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 import time
@@ -60,6 +61,25 @@ def origins(roots: dict[str, str]) -> dict[str, list[str]]:
     return {label: sorted(names) for label, names in found.items()}
 
 
+def uncompiled(roots: list[str]) -> list[str]:
+    """Modules loaded from these roots without a precompiled, never-rechecked .pyc: Python compiled them
+    in memory. Lambda's /opt and /var/task are read-only, so a cold start pays for each, every time."""
+    out = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if not path.endswith(".py") or not any(path.startswith(root.rstrip("/") + "/") for root in roots):
+            continue
+        try:
+            with open(importlib.util.cache_from_source(path), "rb") as fh:
+                header = fh.read(8)
+        except OSError:
+            out.append(name)
+            continue
+        if int.from_bytes(header[4:8], "little") != 0b01:  # PEP 552 flags: hash-based, source not checked
+            out.append(name)
+    return sorted(out)
+
+
 def main(spec_path: str) -> int:
     spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
     sys.path[:] = lambda_path(spec["task_root"], spec["layer_root"], spec["runtime_root"])
@@ -77,6 +97,7 @@ def main(spec_path: str) -> int:
         out["traceback"] = traceback.format_exc()
     roots = {"task": spec["task_root"], "layer": spec["layer_root"], "runtime": spec["runtime_root"]}
     out["origins"] = origins(roots)
+    out["uncompiled"] = uncompiled([spec["task_root"], spec["layer_root"]])
     Path(spec["result_path"]).write_text(json.dumps(out, default=str))
     return 1 if "error" in out else 0
 

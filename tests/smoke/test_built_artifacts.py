@@ -169,6 +169,7 @@ class Invocation:
     logs: str
     init_ms: int
     invoke_ms: int
+    uncompiled: list[str]  # modules of the function or layer that had to be compiled at import
 
 
 def lambda_env(aws: LocalAws, build: Build, logical_id: str, runtime_root: Path, tools: Tools) -> dict[str, str]:
@@ -234,7 +235,8 @@ def invoke(
         out = json.loads(result_file.read_text())
         assert out["python"].startswith(tools.runtime.removeprefix("python") + ".")
         assert "error" not in out, f"{logical_id} raised {out['error']}\n{out['traceback']}\n{proc.stdout[-3000:]}"
-        return Invocation(out["result"], out["origins"], proc.stdout + proc.stderr, out["init_ms"], out["invoke_ms"])
+        logs = proc.stdout + proc.stderr
+        return Invocation(out["result"], out["origins"], logs, out["init_ms"], out["invoke_ms"], out["uncompiled"])
 
     return run
 
@@ -298,6 +300,8 @@ def test_chat_turn_is_served_and_stored(chat_turn: tuple[Invocation, dict[str, A
     assert "aws_xray_sdk" in done.origins["layer"], "the Tracer did not load: is tracing active?"
     assert set(done.origins["runtime"]) <= {"boto3", "s3transfer"}, done.origins["runtime"]
     assert done.origins["task"] == ["app"]
+    # `make build` precompiled the layer and the function: nothing of ours is compiled on a cold start.
+    assert done.uncompiled == [], f"compiled at import, on every cold start: {done.uncompiled[:20]}"
 
 
 def test_chat_turn_traces_to_xray(chat_turn: tuple[Invocation, dict[str, Any]], local_aws: LocalAws) -> None:
