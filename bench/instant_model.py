@@ -12,6 +12,7 @@ Usage reports input tokens as request bytes / 4, enough for budgets and cache es
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,6 +43,11 @@ def step(messages: list[dict[str, Any]], tools_allowed: bool) -> tuple[str, dict
 # -- Anthropic Messages API ---------------------------------------------------------------------
 
 
+# Unique per server, as the API's own ids are: the API refuses a conversation in which a tool_use id
+# repeats, and a history budget that trims old turns would otherwise bring back ids already used.
+_TOOL_USE_IDS = itertools.count(1)
+
+
 def anthropic_reply(body: dict[str, Any], size: int) -> dict[str, Any]:
     messages = body.get("messages", [])
     allowed = bool(body.get("tools")) and (body.get("tool_choice") or {}).get("type") != "none"
@@ -51,7 +57,7 @@ def anthropic_reply(body: dict[str, Any], size: int) -> dict[str, Any]:
         stop = "end_turn"
     else:
         name, args = nxt
-        content = [{"type": "tool_use", "id": f"toolu_bench{len(messages):05d}", "name": name, "input": args}]
+        content = [{"type": "tool_use", "id": f"toolu_bench{next(_TOOL_USE_IDS):08d}", "name": name, "input": args}]
         stop = "tool_use"
     return {
         "id": f"msg_bench{len(messages):05d}",

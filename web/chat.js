@@ -57,37 +57,31 @@
     $("dev-signin").hidden = customers.length === 0;
   }
 
+  var PAGE = {
+    key: "customer",
+    refuse: function (c) {
+      return c.role && c.role !== "customer"
+        ? "This token's role is \"" + c.role + "\"; the chat needs a customer token (leads use the lead console)."
+        : null;
+    },
+    check: function (token, label) {
+      state.token = token;
+      state.label = label;
+      return loadConversations(false); // the first call checks the token
+    },
+    opened: function () {
+      var remembered = SA.store.get("conversationId");
+      if (remembered) openConversation(remembered, true);
+      else newConversation();
+      $("message").focus();
+    },
+    failed: function () {
+      state.token = null;
+    },
+  };
+
   function signIn(token, label) {
-    token = String(token || "").trim();
-    if (!token) return;
-    SA.showError($("signin-error"), null);
-    var c = SA.claims(token);
-    if (c && c.role && c.role !== "customer") {
-      SA.showError($("signin-error"), { code: "forbidden", message: "This token's role is \"" + c.role + "\"; the chat needs a customer token (leads use the lead console)." });
-      return;
-    }
-    state.token = token;
-    state.label = customerLabel(token, label);
-    // The first call checks the token; only a working token opens the chat.
-    loadConversations(false).then(
-      function () {
-        SA.store.set("customerToken", token);
-        SA.store.set("customerLabel", state.label);
-        $("whoami-name").textContent = state.label;
-        $("whoami").hidden = false;
-        $("signin").hidden = true;
-        $("app").hidden = false;
-        var remembered = SA.store.get("conversationId");
-        if (remembered) openConversation(remembered, true);
-        else newConversation();
-        $("message").focus();
-      },
-      function (err) {
-        state.token = null;
-        SA.store.set("customerToken", null);
-        SA.showError($("signin-error"), err, "Sign-in failed");
-      }
-    );
+    SA.signIn(PAGE, token, customerLabel(String(token || "").trim(), label));
   }
 
   function signOut(err) {
@@ -95,18 +89,10 @@
     state.token = null;
     state.conversationId = null;
     state.loadSeq++;
-    SA.store.set("customerToken", null);
-    SA.store.set("customerLabel", null);
     SA.store.set("conversationId", null);
-    $("whoami").hidden = true;
-    $("app").hidden = true;
-    $("signin").hidden = false;
     SA.clear($("conversations"));
     resetConversationView();
-    if (err) SA.showError($("signin-error"), err, "Signed out");
-    $("token-input").value = "";
-    var first = document.querySelector("#dev-customers button") || $("token-input");
-    first.focus();
+    SA.signedOut(PAGE, err);
   }
 
   /** Handles an API error: 401 signs out, anything else shows in the box. */

@@ -258,6 +258,53 @@
     box.hidden = false;
   }
 
+  /**
+   * Sign-in as both pages do it. A token of the wrong role is refused before any call; otherwise the
+   * page's own first call checks it, and only a token that worked is remembered and opens the app.
+   * page: {key ("customer"|"lead"), refuse(claims) → message or null, check(token, label) → Promise,
+   *        opened(), failed()}
+   */
+  function signIn(page, token, label) {
+    token = String(token || "").trim();
+    if (!token) return;
+    var box = $("signin-error");
+    showError(box, null);
+    var refusal = page.refuse(claims(token) || {});
+    if (refusal) {
+      showError(box, { code: "forbidden", message: refusal });
+      return;
+    }
+    page.check(token, label).then(
+      function () {
+        store.set(page.key + "Token", token);
+        store.set(page.key + "Label", label);
+        $("whoami-name").textContent = label;
+        $("whoami").hidden = false;
+        $("signin").hidden = true;
+        $("app").hidden = false;
+        page.opened();
+      },
+      function (err) {
+        page.failed();
+        store.set(page.key + "Token", null);
+        showError(box, err, "Sign-in failed");
+      }
+    );
+  }
+
+  /** Back to the sign-in form (the page has cleared its own state); `err` says why, if it was not asked. */
+  function signedOut(page, err) {
+    store.set(page.key + "Token", null);
+    store.set(page.key + "Label", null);
+    $("whoami").hidden = true;
+    $("app").hidden = true;
+    $("signin").hidden = false;
+    if (err) showError($("signin-error"), err, "Signed out");
+    $("token-input").value = "";
+    var first = document.querySelector("#signin button.signin-button") || $("token-input");
+    first.focus();
+  }
+
   function setBanner(simulated) {
     var b = $("simulated-banner");
     if (b) b.hidden = !simulated;
@@ -281,6 +328,8 @@
     clear: clear,
     $: $,
     showError: showError,
+    signIn: signIn,
+    signedOut: signedOut,
     setBanner: setBanner,
   };
 })();

@@ -68,37 +68,32 @@
     $("dev-signin").hidden = leads.length === 0;
   }
 
+  var PAGE = {
+    key: "lead",
+    refuse: function (c) {
+      return c.role === "customer"
+        ? "This is a customer token; the lead console needs a support_lead token (customers use the chat page)."
+        : null;
+    },
+    check: function (token, label) {
+      state.token = token;
+      state.label = label;
+      return loadApprovals(false); // the first call checks the token
+    },
+    opened: function () {
+      loadHandoffs(false).catch(function (err) {
+        handleError(err, "Could not list hand-offs");
+      });
+      startTimers();
+      $("approvals-title").focus();
+    },
+    failed: function () {
+      state.token = null;
+    },
+  };
+
   function signIn(token, label) {
-    token = String(token || "").trim();
-    if (!token) return;
-    SA.showError($("signin-error"), null);
-    var c = SA.claims(token);
-    if (c && c.role === "customer") {
-      SA.showError($("signin-error"), { code: "forbidden", message: "This is a customer token; the lead console needs a support_lead token (customers use the chat page)." });
-      return;
-    }
-    state.token = token;
-    state.label = leadLabel(token, label);
-    loadApprovals(false).then(
-      function () {
-        SA.store.set("leadToken", token);
-        SA.store.set("leadLabel", state.label);
-        $("whoami-name").textContent = state.label;
-        $("whoami").hidden = false;
-        $("signin").hidden = true;
-        $("app").hidden = false;
-        loadHandoffs(false).catch(function (err) {
-          handleError(err, "Could not list hand-offs");
-        });
-        startTimers();
-        $("approvals-title").focus();
-      },
-      function (err) {
-        state.token = null;
-        SA.store.set("leadToken", null);
-        SA.showError($("signin-error"), err, "Sign-in failed");
-      }
-    );
+    SA.signIn(PAGE, token, leadLabel(String(token || "").trim(), label));
   }
 
   function signOut(err) {
@@ -107,20 +102,12 @@
     state.pinned = {};
     state.busy = {};
     state.notes = {};
-    SA.store.set("leadToken", null);
-    SA.store.set("leadLabel", null);
-    $("whoami").hidden = true;
-    $("app").hidden = true;
-    $("signin").hidden = false;
     SA.clear($("approvals"));
     SA.clear($("handoffs"));
     SA.clear($("audit"));
     SA.clear($("outcome"));
     $("audit-summary").textContent = "";
-    if (err) SA.showError($("signin-error"), err, "Signed out");
-    $("token-input").value = "";
-    var first = document.querySelector("#dev-leads button") || $("token-input");
-    first.focus();
+    SA.signedOut(PAGE, err);
   }
 
   function handleError(err, context) {

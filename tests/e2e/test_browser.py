@@ -105,5 +105,18 @@ def test_chat_then_lead_approves_refund(
     expect(done).to_have_attribute("data-status", "REFUNDED")
     expect(pg.locator(".trace-call[data-tool]").first).to_be_visible()  # the trace is rebuilt from history
     screenshot(pg, "05-chat-refunded")
+    watch.settle(pg)
+
+    # ---- sign out; a lead's token is then refused by the chat page before any call
+    pg.click("#signout")
+    expect(pg.locator("#signin")).to_be_visible()
+    expect(pg.locator("#app")).to_be_hidden()
+    pg.fill("#token-input", local_stack.tokens["leads"][0]["token"])
+    pg.click("#token-signin")
+    expect(pg.locator("#signin-error")).to_contain_text("needs a customer token")
+    expect(pg.locator("#app")).to_be_hidden()
+    pg.click("#signin-customer-7")  # and a customer's opens the chat again
+    expect(pg.locator("#app")).to_be_visible()
+    expect(pg.locator("#whoami-name")).to_contain_text("customer 7")
 
     assert watch.errors == [], watch.errors
