@@ -69,6 +69,7 @@ def our_agent(
     from support_agent.auth import Principal
     from support_agent.llm.base import Deadline
     from support_agent.llm.factory import llm_client_from_settings
+    from support_agent.observability import metrics
     from support_agent.wiring import build_chat_services
 
     settings = settings_for(model_url, **extra)
@@ -85,6 +86,9 @@ def our_agent(
         result = services.agent.run_turn(
             principal, 7, conversation_id, message, f"bench-{counter[0]}", Deadline.after(27.0)
         )
+        # One turn is one invocation: the handler's @metrics.log_metrics writes its EMF line and empties
+        # the set, so values never pile up across turns (Powertools formats the whole set per add).
+        metrics.flush_metrics()
         assert result.iterations == 3 and result.stop_reason == "end_turn", result
         return result
 
