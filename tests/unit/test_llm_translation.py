@@ -72,8 +72,10 @@ def assistant_messages(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """Alternating user/assistant messages as the loop sends them, every tool call answered."""
+    """Alternating user/assistant messages as the loop sends them, every tool call answered, every
+    tool_use id unique in the conversation (the API refuses a repeat; the loop never stores one)."""
     out: list[dict[str, Any]] = []
+    used: set[str] = set()
     for _ in range(draw(st.integers(1, 4))):
         pending = [b["id"] for b in out[-1]["content"] if b["type"] == "tool_use"] if out else []
         results = [
@@ -82,7 +84,13 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
         ]
         said = [text_block(t) for t in draw(st.lists(texts, min_size=0 if results else 1, max_size=2))]
         out.append({"role": "user", "content": results + said})
-        out.append(draw(assistant_messages()))
+        assistant = draw(assistant_messages())
+        for block in assistant["content"]:
+            if block["type"] == "tool_use":
+                while block["id"] in used:
+                    block["id"] += "_"
+                used.add(block["id"])
+        out.append(assistant)
     if draw(st.booleans()):  # end on the assistant's answered calls plus a new user message, or not
         pending = [b["id"] for b in out[-1]["content"] if b["type"] == "tool_use"]
         results = [{"type": "tool_result", "tool_use_id": i, "content": "ok", "is_error": False} for i in pending]
