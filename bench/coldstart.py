@@ -80,14 +80,6 @@ def variants(world: World) -> list[Variant]:
             "snapstart",
         ),
         Variant(
-            "chat, as a plain `sam build` ships it (no .pyc)",
-            Path(sys.base_prefix) / "bin" / "python3",
-            ROOT / "functions/chat/app.py",
-            "ChatFunction",
-            chat_event,
-            "nopyc",
-        ),
-        Variant(
             "approvals",
             OURS,
             ROOT / "functions/approvals/app.py",
@@ -106,6 +98,16 @@ def variants(world: World) -> list[Variant]:
         Variant("sweep", OURS, ROOT / "functions/approval_sweep/app.py", "ApprovalSweepFunction", {}, "ours"),
         Variant("baseline (boto3 GetItem)", OURS, HANDLERS / "baseline.py", None, {}, "baseline"),
     ]
+    if LAMBDA_PYTHON.exists():  # the same packages, without their .pyc (`make bench` builds the venv)
+        raw = Variant(
+            "chat, as a plain `sam build` ships it (no .pyc)",
+            Path(sys.base_prefix) / "bin" / "python3",  # the venv's own interpreter, run with -S
+            ROOT / "functions/chat/app.py",
+            "ChatFunction",
+            chat_event,
+            "nopyc",
+        )
+        out.insert(2, raw)
     if PEERS_PYTHON.exists():
         for name, module in (
             ("strands-agents", "peer_strands"),
