@@ -14,7 +14,6 @@ underneath (it is skipped and reported; calling again finishes the job — erasu
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from botocore.exceptions import ClientError
 from support_agent.config import Settings
 from support_agent.llm.base import Block
 from support_agent.store.audit import AuditRecord
+from support_agent.store.conversations import ConversationStore
 from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, is_conditional_failure, to_item, to_values
 
 ERASED = "[erased]"
@@ -159,34 +159,21 @@ class ConversationEraser:
     def _tombstone_messages(self, conversation_id: str) -> int:
         """Replace each message's content, in transactions of up to 100, held to the lease we own."""
         updates: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "conversation_id = :c AND seq > :zero",
-            "ExpressionAttributeValues": to_values({":c": conversation_id, ":zero": 0}),
-            "ConsistentRead": True,
-        }
-        while True:
-            out = self._db.query(**kwargs)
-            for raw in out.get("Items", []):
-                item = from_item(raw)
-                content = json.loads(item["content"])
-                erased = tombstone(content)
-                if erased == content:
-                    continue  # erased before
-                updates.append(
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": self._key(conversation_id, int(item["seq"])),
-                            "UpdateExpression": "SET content = :content, erased_at = :now",
-                            "ConditionExpression": "attribute_exists(seq)",
-                            "ExpressionAttributeValues": to_values({":content": dumps(erased), ":now": self._now()}),
-                        }
+        for message in ConversationStore(self._db, self._table).load(conversation_id):
+            erased = tombstone(message.content)
+            if erased == message.content:
+                continue  # erased before
+            updates.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": self._key(conversation_id, message.seq),
+                        "UpdateExpression": "SET content = :content, erased_at = :now",
+                        "ConditionExpression": "attribute_exists(seq)",
+                        "ExpressionAttributeValues": to_values({":content": dumps(erased), ":now": self._now()}),
                     }
-                )
-            if "LastEvaluatedKey" not in out:
-                break
-            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+                }
+            )
         for start in range(0, len(updates), TRANSACTION_ITEMS):
             self._db.transact_write_items(TransactItems=updates[start : start + TRANSACTION_ITEMS])  # type: ignore[arg-type]
         return len(updates)
