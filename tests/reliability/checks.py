@@ -34,6 +34,12 @@ OPEN_APPROVAL = ("PENDING", "APPROVED", "FAILED")
 FENCE_TAG = re.compile(r"</?untrusted-data-[0-9a-f]{16}>")
 
 
+def _as_conversation(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, messages) of one conversation's rows in seq order."""
+    header = next(r for r in rows if r["seq"] == 0)
+    return header, [{"role": r["role"], "content": json.loads(r["content"])} for r in rows if r["seq"] > 0]
+
+
 @dataclass(frozen=True)
 class World:
     ddb: Any
@@ -81,9 +87,7 @@ class World:
             ExpressionAttributeValues=to_values({":c": cid}),
             ConsistentRead=True,
         )
-        header = next(r for r in rows if r["seq"] == 0)
-        messages = [{"role": r["role"], "content": json.loads(r["content"])} for r in rows if r["seq"] > 0]
-        return header, messages
+        return _as_conversation(rows)
 
     def audit_rows(self, stream: str) -> list[dict[str, Any]]:
         return self.query(
@@ -309,9 +313,7 @@ class BackendWorld(World):
 
     def conversation(self, cid: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         rows = sorted(self._partition(self.conversations, {"S": cid}), key=lambda r: int(r["seq"]))
-        header = next(r for r in rows if r["seq"] == 0)
-        messages = [{"role": r["role"], "content": json.loads(r["content"])} for r in rows if r["seq"] > 0]
-        return header, messages
+        return _as_conversation(rows)
 
     def audit_rows(self, stream: str) -> list[dict[str, Any]]:
         return sorted(self._partition(self.audit, {"S": stream}), key=lambda r: str(r["event_id"]))
