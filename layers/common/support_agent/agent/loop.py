@@ -1,4 +1,4 @@
-"""A turn, step by step (DESIGN.md): lease, load, repair, then model → write-ahead → tools → results.
+"""A turn, step by step (docs/ARCHITECTURE.md): lease, load, repair, then model → write-ahead → tools → results.
 
 No DynamoDB transaction is open across a model call; the assistant content is stored before any
 tool runs; the tool results and their audit rows are stored in one transaction. A crash anywhere
@@ -234,7 +234,8 @@ class _Turn:
         assistant, uses = gap
         pairs = []
         for use in uses:
-            recorded = self.a.tools.recorded(use["name"], use.get("input"), self._ctx(assistant.seq, use["id"]))
+            # By the call's key alone: its stored input may be erased ({}) or refused by today's model.
+            recorded = self.a.tools.recorded(str(use.get("name", "")), self._ctx(assistant.seq, use["id"]))
             pairs.append(
                 (
                     use,

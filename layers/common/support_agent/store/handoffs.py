@@ -4,6 +4,11 @@ Tickets live in the Approvals table as ``entity = HANDOFF`` items (id ``hof_`` +
 list them through the same ``by_created``/``by_status`` indexes. At most one is open per
 conversation: the conversation header's ``open_handoff_id`` is set in the same transaction that
 creates the ticket, conditioned on being absent, and removed when a lead closes it.
+
+The same transaction writes an immutable per-call record, ``call#<conversation>#<seq>#<tool_use_id>``
+(``entity = HANDOFF_CALL``, no ``status``/``created_at``, so neither index lists it): the repair of a
+crashed turn finds what the call did by its key alone, even once the ticket is closed or the
+conversation erased, and never opens a second ticket for it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from support_agent.store.audit import AuditRecord
 from support_agent.store.dynamo import DynamoDBClient, error_code, from_item, to_item, to_values
 
 ENTITY = "HANDOFF"
+CALL_ENTITY = "HANDOFF_CALL"
+
+
+def call_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
+    """The per-call record's id: server-side values only, like a refund request's key."""
+    return f"call#{conversation_id}#{seq}#{tool_use_id}"
 
 
 class HandoffConflict(Exception):
@@ -47,9 +58,20 @@ class HandoffStore:
         hid = from_item(out.get("Item") or {}).get("open_handoff_id")
         return self.get(hid) if hid else None
 
+    def opened_by(self, conversation_id: str, seq: int, tool_use_id: str) -> str | None:
+        """The id of the hand-off this tool call opened, whatever has happened to it since."""
+        out = self._db.get_item(
+            TableName=self.table,
+            Key=to_item({"approval_id": call_key(conversation_id, seq, tool_use_id)}),
+            ConsistentRead=True,
+        )
+        item = from_item(out.get("Item") or {})
+        return str(item["handoff_id"]) if item.get("entity") == CALL_ENTITY else None
+
     def open(
         self,
         conversation_id: str,
+        seq: int,
         customer_id: int,
         reason: str,
         actor: str,
@@ -57,7 +79,11 @@ class HandoffStore:
         request_id: str,
         now: str,
     ) -> tuple[dict[str, Any], bool]:
-        """Open a ticket unless one is open for the conversation; returns (ticket, created)."""
+        """Open a ticket unless one is open for the conversation; returns (ticket, created).
+
+        Only a created ticket gets a per-call record: "already open" changes nothing, so a crashed
+        call that got that answer is safely repaired as "not executed" and may simply run again.
+        """
         handoff_id = f"hof_{ulid()}"
         ticket = {
             "approval_id": handoff_id,
@@ -91,6 +117,24 @@ class HandoffStore:
                         "Put": {
                             "TableName": self.table,
                             "Item": to_item(ticket),
+                            "ConditionExpression": "attribute_not_exists(approval_id)",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table,
+                            "Item": to_item(
+                                {
+                                    "approval_id": call_key(conversation_id, seq, tool_use_id),
+                                    "entity": CALL_ENTITY,
+                                    "handoff_id": handoff_id,
+                                    "customer_id": customer_id,
+                                    "conversation_id": conversation_id,
+                                    "seq": seq,
+                                    "tool_use_id": tool_use_id,
+                                    "recorded_at": now,
+                                }
+                            ),
                             "ConditionExpression": "attribute_not_exists(approval_id)",
                         }
                     },

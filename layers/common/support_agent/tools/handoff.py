@@ -15,27 +15,27 @@ class EscalateInput(BaseModel):
     reason: str = Field(..., min_length=1, max_length=500, description="Why the customer needs a person.")
 
 
-def _view(ticket: dict[str, Any], created: bool) -> dict[str, Any]:
+def _view(handoff_id: str, created: bool) -> dict[str, Any]:
     return {
         "status": "HANDOFF_OPENED" if created else "HANDOFF_ALREADY_OPEN",
-        "handoff_id": ticket["approval_id"],
+        "handoff_id": handoff_id,
         "message": "A support teammate will follow up with the customer in this conversation.",
     }
 
 
 def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
-    def recorded(args: EscalateInput, ctx: ToolContext) -> dict[str, Any] | None:
-        ticket = store.open_for(ctx.conversation_id)
-        if ticket is not None and ticket.get("tool_use_id") == ctx.tool_use_id:
-            return _view(ticket, True)
-        return None
+    def recorded(ctx: ToolContext) -> dict[str, Any] | None:
+        # The per-call record, not the open ticket: a lead may have closed it since.
+        handoff_id = store.opened_by(ctx.conversation_id, ctx.seq, ctx.tool_use_id)
+        return None if handoff_id is None else _view(handoff_id, True)
 
     def escalate(args: EscalateInput, ctx: ToolContext) -> dict[str, Any]:
-        prior = recorded(args, ctx)
+        prior = recorded(ctx)
         if prior is not None:
             return prior
         ticket, created = store.open(
             ctx.conversation_id,
+            ctx.seq,
             ctx.customer_id,
             args.reason,
             ctx.principal.sub,
@@ -43,7 +43,7 @@ def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
             ctx.request_id,
             ctx.now,
         )
-        return _view(ticket, created)
+        return _view(ticket["approval_id"], created)
 
     return [
         Tool(

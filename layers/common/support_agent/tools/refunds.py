@@ -1,7 +1,8 @@
 """request_refund: the only tool that moves money, and the code (not the model) decides how.
 
 A call is idempotent by ``(conversation_id, seq, tool_use_id)``: if it already ran (say, before a
-crash) the recorded result is returned and nothing is written again.
+crash) the recorded result is returned and nothing is written again. The refund row is found by
+that key alone, so a call whose stored input was erased, or no longer validates, still finds it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def refund_tools(
     enqueue_approval: Callable[[str], None],
     threshold_cents: int,
 ) -> list[Tool[Any]]:
-    def recorded(args: RequestRefundInput, ctx: ToolContext) -> dict[str, Any] | None:
+    def recorded(ctx: ToolContext) -> dict[str, Any] | None:
         row = store.get(ctx.customer_id, refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id))
         return json.loads(row["result"]) if row else None
 
@@ -95,7 +96,7 @@ def refund_tools(
 
     def request_refund(args: RequestRefundInput, ctx: ToolContext) -> dict[str, Any]:
         for _ in range(MAX_ATTEMPTS):
-            prior = recorded(args, ctx)
+            prior = recorded(ctx)
             if prior is not None:
                 return prior
             try:

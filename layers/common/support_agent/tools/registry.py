@@ -46,8 +46,10 @@ class Tool(Generic[In]):
     description: str
     input_model: type[In]
     run: Callable[[In, ToolContext], dict[str, Any]]
-    # For tools with side effects: the result already recorded for this call, if it ran before a crash.
-    recorded: Callable[[In, ToolContext], dict[str, Any] | None] | None = None
+    # For tools with an effect: the result this call recorded, if it ran before a crash. It is found by
+    # the call's key in the context alone, never by the stored input (erasure blanks it, a stricter
+    # input model may refuse it, and "not executed" would then make the model run the effect again).
+    recorded: Callable[[ToolContext], dict[str, Any] | None] | None = None
 
     def spec(self) -> dict[str, Any]:
         schema = self.input_model.model_json_schema()
@@ -103,13 +105,11 @@ class ToolRegistry:
         except ToolError as exc:
             return ToolOutcome({"error": str(exc)}, True, "error")
 
-    def recorded(self, name: str, raw: Any, ctx: ToolContext) -> ToolOutcome | None:
-        """What a call that may have run before a crash did, if it left a record."""
-        parsed = self._parse(name, raw)
-        if isinstance(parsed, ToolOutcome):
+    def recorded(self, name: str, ctx: ToolContext) -> ToolOutcome | None:
+        """What a call that may have run before a crash did, if it left a record: by
+        ``(conversation_id, seq, tool_use_id)`` only, so its input is neither needed nor validated."""
+        tool = self._tools.get(name)
+        if tool is None or tool.recorded is None:
             return None
-        tool, args = parsed
-        if tool.recorded is None:
-            return None
-        result = tool.recorded(args, ctx)
+        result = tool.recorded(ctx)
         return None if result is None else ToolOutcome(result, bool(result.get("error")), "recorded")
