@@ -7,9 +7,13 @@ import time
 from typing import Any
 
 import boto3
+import pytest
+from botocore.exceptions import ClientError
 
 from support_agent.agent import history as hist
-from support_agent.store.erasure import ERASED
+from support_agent.config import get_settings
+from support_agent.store import erasure
+from support_agent.store.erasure import ERASED, conversation_eraser
 from tests.integration.conftest import Api
 from tests.support.openapi import assert_documented
 from tests.support.scripted import answer, tool_use, tools
@@ -29,14 +33,18 @@ def chat(api: Api, message: str, cid: str | None = None, customer: int = 7) -> d
     return dict(body)
 
 
-def stored(api: Api, cid: str) -> list[dict[str, Any]]:
+def message_items(api: Api, cid: str) -> list[dict[str, Any]]:
     out = boto3.client("dynamodb").query(
         TableName=table(api, "CONVERSATIONS_TABLE"),
         KeyConditionExpression="conversation_id = :c AND seq > :z",
         ExpressionAttributeValues={":c": {"S": cid}, ":z": {"N": "0"}},
         ConsistentRead=True,
     )
-    return [{"role": i["role"]["S"], "content": json.loads(i["content"]["S"])} for i in out["Items"]]
+    return list(out["Items"])
+
+
+def stored(api: Api, cid: str) -> list[dict[str, Any]]:
+    return [{"role": i["role"]["S"], "content": json.loads(i["content"]["S"])} for i in message_items(api, cid)]
 
 
 def audit_items(api: Api, customer: int) -> list[dict[str, Any]]:
@@ -114,19 +122,29 @@ def test_erasure_tombstones_keeps_the_audit_trail_and_the_conversation_goes_on(a
     assert hist.problems(after) == []
     assert stored(api, other) == other_before, "another customer's conversation is untouched"
 
-    # The audit trail is intact (rows unchanged), plus one customer_erased row with the counts.
+    # The audit trail is intact (rows unchanged), plus the erasure's rows: one conversation_erased row per
+    # transaction of tombstones (one here: 8 messages), written with them, and the customer_erased summary.
     audit_after = audit_items(api, 7)
     assert audit_after[: len(audit_before)] == audit_before
-    (erased_row,) = audit_after[len(audit_before) :]
-    assert erased_row["action"]["S"] == "customer_erased"
+    new_rows = audit_after[len(audit_before) :]
+    (erased_row,) = [r for r in new_rows if r["action"]["S"] == "customer_erased"]
+    (chunk_row,) = [r for r in new_rows if r["action"]["S"] == "conversation_erased"]
+    assert len(new_rows) == 2
     assert erased_row["event_id"]["S"] == body["auditEventId"]
-    assert erased_row["actor"]["S"] == "lead-1"
+    for row in (erased_row, chunk_row):
+        assert row["actor"]["S"] == "lead-1"
+        assert json.loads(row["input"]["S"]) == {"reason": "GDPR request #123"}
+    assert chunk_row["request_id"] == erased_row["request_id"]
+    assert (chunk_row["stream"]["S"], chunk_row["conversation_id"]["S"]) == (cid, cid)
+    assert json.loads(chunk_row["output"]["S"]) == {"messages": len(before), "seqs": list(range(1, len(before) + 1))}
     assert json.loads(erased_row["output"]["S"])["messages"] == body["messages"]
-    assert json.loads(erased_row["input"]["S"]) == {"reason": "GDPR request #123"}
     status, trail, _ = api.call("GET", "/api/audit?customerId=7", token=api.lead())
     assert status == 200
     assert_documented("GET", "/api/audit", status, trail)
-    assert [r["action"] for r in trail["records"]][-1] == "customer_erased"
+    assert {"conversation_erased", "customer_erased"} <= {r["action"] for r in trail["records"]}
+    status, trail, _ = api.call("GET", f"/api/audit?conversationId={cid}", token=api.lead())
+    assert status == 200
+    assert [r["actor"] for r in trail["records"] if r["action"] == "conversation_erased"] == ["lead-1"]
     # Money records are not conversation content: the approval raised in it is still there.
     status, approval, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
     assert (status, approval["amountCents"]) == (200, 18900)
@@ -190,3 +208,72 @@ def test_a_customer_without_conversations_is_erased_trivially(api: Api) -> None:
     assert status == 200
     assert (body["conversations"], body["messages"], body["complete"]) == (0, 0, True)
     assert audit_items(api, 4242)[-1]["action"]["S"] == "customer_erased"
+
+
+def tombstoned(api: Api, cids: list[str]) -> set[tuple[str, int]]:
+    return {(cid, int(i["seq"]["N"])) for cid in cids for i in message_items(api, cid) if "erased_at" in i}
+
+
+def audited(api: Api, customer: int) -> dict[tuple[str, int], dict[str, Any]]:
+    """(conversation, seq) -> the conversation_erased row that covers that tombstone."""
+    return {
+        (row["conversation_id"]["S"], seq): row
+        for row in audit_items(api, customer)
+        if row["action"]["S"] == "conversation_erased"
+        for seq in json.loads(row["output"]["S"])["seqs"]
+    }
+
+
+def test_a_throttle_midway_leaves_every_tombstone_audited_and_calling_again_finishes(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    customer = 12
+    cids = sorted(a_conversation_with_tools(api, customer) for _ in range(2))
+    total = sum(len(stored(api, cid)) for cid in cids)
+    monkeypatch.setattr(erasure, "CHUNK_MESSAGES", 3, raising=False)  # several transactions per conversation
+    api.use_function("ApprovalsFunction")
+    client = conversation_eraser(get_settings())._db  # the client the route's eraser uses
+    transactions: list[int] = []
+
+    def throttle_the_second(**_: Any) -> None:
+        transactions.append(1)
+        if len(transactions) == 2:
+            error = {"Code": "ThrottlingException", "Message": "Rate of requests exceeds the allowed throughput."}
+            raise ClientError({"Error": error}, "TransactWriteItems")
+
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", throttle_the_second, unique_id="throttle")
+    try:
+        with pytest.raises(ClientError, match="ThrottlingException"):
+            erase(api, customer, {"reason": "erasure request #9"})
+    finally:
+        client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", unique_id="throttle")
+
+    # Partial: some messages erased, some not, and every tombstone written is covered by an audit row naming the lead.
+    done = tombstoned(api, cids)
+    assert 0 < len(done) < total
+    rows = audited(api, customer)
+    assert set(rows) == done
+    for row in rows.values():
+        assert (row["actor"]["S"], row["stream"]["S"]) == ("lead-1", row["conversation_id"]["S"])
+        assert json.loads(row["input"]["S"]) == {"reason": "erasure request #9"}
+        assert row["request_id"]["S"].startswith("it-")
+    assert not [r for r in audit_items(api, customer) if r["action"]["S"] == "customer_erased"]
+    header = boto3.client("dynamodb").get_item(
+        TableName=table(api, "CONVERSATIONS_TABLE"), Key={"conversation_id": {"S": cids[0]}, "seq": {"N": "0"}}
+    )["Item"]
+    assert "lease_owner" not in header and "erased_at" not in header, "lease released, not marked erased"
+
+    # Calling again finishes the job; the counts add up, per call and overall.
+    status, body, _ = erase(api, customer)
+    assert (status, body["complete"], body["conversations"]) == (200, True, 2)
+    assert body["messages"] == total - len(done)
+    assert tombstoned(api, cids) == {(c, s) for c in cids for s in range(1, len(stored(api, c)) + 1)}
+    rows = audited(api, customer)
+    assert len(rows) == total
+    summary = next(r for r in audit_items(api, customer) if r["event_id"]["S"] == body["auditEventId"])
+    this_call = {r["event_id"]["S"]: r for r in rows.values() if r["request_id"] == summary["request_id"]}
+    assert sum(json.loads(r["output"]["S"])["messages"] for r in this_call.values()) == body["messages"]
+    assert json.loads(summary["output"]["S"])["messages"] == body["messages"]
+    for cid in cids:
+        assert not [w for w in SECRET_WORDS if w in json.dumps(stored(api, cid))]
+        assert hist.problems(stored(api, cid)) == []

@@ -9,9 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support_agent.agent.history import problems
-from support_agent.store.erasure import ERASED, tombstone
+from support_agent.store.dynamo import from_item
+from support_agent.store.erasure import CHUNK_MESSAGES, ERASED, ConversationEraser, tombstone
+from tests.support.recording import RecordingDynamo, cancelled
 
 SECRET = "Dana, 12 Elm Street"
+CID = "conv_01JTESTTESTTESTTESTTESTTE"
 
 
 def test_each_block_kind() -> None:
@@ -76,3 +79,62 @@ def test_tombstoned_valid_histories_stay_valid(history: list[dict[str, Any]]) ->
         ids = [(b.get("id"), b.get("tool_use_id")) for b in before["content"] if b["type"].startswith("tool_")]
         assert ids == [(b.get("id"), b.get("tool_use_id")) for b in after["content"] if b["type"].startswith("tool_")]
         assert all(b.get("text", ERASED) == ERASED for b in after["content"])
+
+
+def a_conversation(messages: int) -> RecordingDynamo:
+    content = json.dumps([{"type": "text", "text": SECRET}])
+    rows = [{"conversation_id": CID, "seq": s, "role": "user", "content": content} for s in range(1, messages + 1)]
+    return RecordingDynamo(queries={"by_customer": [{"conversation_id": CID, "seq": 0}], "Conversations": rows})
+
+
+def eraser(db: RecordingDynamo) -> ConversationEraser:
+    return ConversationEraser(db, "Conversations", "Audit", lambda: 1_800_000_000.0, lambda: "2026-12-03T00:00:00Z")
+
+
+def test_every_tombstone_transaction_carries_the_lease_check_and_its_own_audit_row() -> None:
+    """A crash between two transactions must leave no tombstone without a row saying who wrote it."""
+    n = 2 * CHUNK_MESSAGES + 5
+    db = a_conversation(n)
+    report = eraser(db).erase_customer(7, "lead-1", "req-1", "request #5")
+    assert (report.conversations, report.messages, report.complete) == (1, n, True)
+    assert len(db.transactions) == 3
+    covered: list[int] = []
+    for items in db.transactions:
+        assert len(items) <= 100
+        updates = [i["Update"] for i in items if "Update" in i]
+        seqs = [int(u["Key"]["seq"]["N"]) for u in updates if u["Key"]["seq"] != {"N": "0"}]
+        (header,) = [u for u in updates if u["Key"]["seq"] == {"N": "0"}]
+        assert header["ConditionExpression"] == "lease_owner = :owner"
+        (put,) = [i["Put"] for i in items if "Put" in i]
+        assert (put["TableName"], put["ConditionExpression"]) == ("Audit", "attribute_not_exists(event_id)")
+        row = from_item(put["Item"])
+        assert (row["action"], row["actor"], row["request_id"], row["stream"]) == (
+            "conversation_erased",
+            "lead-1",
+            "req-1",
+            CID,
+        )
+        assert json.loads(row["input"]) == {"reason": "request #5"}
+        assert json.loads(row["output"]) == {"messages": len(seqs), "seqs": seqs}
+        covered += seqs
+    assert covered == list(range(1, n + 1))
+    assert SECRET not in json.dumps(db.transactions)
+    summary = from_item(db.puts[-1]["Item"])
+    assert (summary["action"], summary["outcome"], json.loads(summary["output"])["messages"]) == (
+        "customer_erased",
+        "erased",
+        n,
+    )
+
+
+def test_a_lease_lost_between_chunks_is_skipped_with_what_was_written_counted() -> None:
+    db = a_conversation(CHUNK_MESSAGES + 1)
+    # The second chunk finds the header leased by a turn (ours expired): DynamoDB cancels on the header item.
+    db.fail = lambda items: (
+        cancelled(["None"] * (len(items) - 2) + ["ConditionalCheckFailed", "None"]) if db.transactions else None
+    )
+    report = eraser(db).erase_customer(7, "lead-1", "req-2")
+    assert (report.skipped, report.conversations, report.messages) == ([CID], 0, CHUNK_MESSAGES)
+    summary = from_item(db.puts[-1]["Item"])
+    assert (summary["outcome"], json.loads(summary["output"])["messages"]) == ("partial", CHUNK_MESSAGES)
+    assert not [u for u in db.updates if "erased_at" in u["UpdateExpression"]], "the header is not marked erased"

@@ -5,15 +5,19 @@ template test forbids it), the header's sequence and token totals stay true, and
 a valid Messages API sequence, so the customer can keep using the conversation. Text becomes
 ``[erased]``, tool inputs ``{}``, tool results ``[erased]``; block types, ids and order are kept,
 so every ``tool_use`` is still answered. Thinking blocks are dropped (their signatures would no
-longer match). Audit rows are never touched (the writing roles cannot); one ``customer_erased``
-row records who erased what and when.
+longer match). Audit rows are never touched (the writing roles cannot).
 
 Each conversation is erased under its turn lease, so a turn in progress is never erased
 underneath (it is skipped and reported; calling again finishes the job — erasure is idempotent).
+Tombstones are written in chunks, each one transaction with the header's lease check (renewing
+it) and a ``conversation_erased`` audit row naming the lead, the request and the chunk's seqs: a
+throttle or a crash between chunks leaves no tombstone without its row. One ``customer_erased``
+row then sums up the call (``partial`` when something was skipped).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +32,23 @@ from support_agent.config import Settings
 from support_agent.llm.base import Block
 from support_agent.store.audit import AuditRecord
 from support_agent.store.conversations import ConversationStore
-from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, is_conditional_failure, to_item, to_values
+from support_agent.store.dynamo import (
+    DynamoDBClient,
+    cancellation_codes,
+    dumps,
+    error_code,
+    from_item,
+    is_conditional_failure,
+    to_item,
+    to_values,
+)
 
 ERASED = "[erased]"
 ACTION = "customer_erased"
+CONVERSATION_ACTION = "conversation_erased"
 TRANSACTION_ITEMS = 100  # DynamoDB's TransactWriteItems limit
+# Each chunk's transaction also carries the header's lease update and the chunk's audit row.
+CHUNK_MESSAGES = TRANSACTION_ITEMS - 2
 
 
 def tombstone_block(block: Block) -> Block | None:
@@ -68,6 +84,44 @@ class ErasureReport:
         return not self.skipped
 
 
+@dataclass(frozen=True)
+class _Request:
+    """Who erases whose conversations, and why: what every audit row of the call names."""
+
+    customer_id: int
+    actor: str
+    request_id: str
+    reason: str | None
+
+    @property
+    def owner(self) -> str:
+        return f"erasure:{self.request_id}"
+
+    def record(
+        self, action: str, outcome: str, now: str, output: Any, conversation_id: str | None = None
+    ) -> AuditRecord:
+        return AuditRecord(
+            stream=conversation_id or f"customer#{self.customer_id}",
+            action=action,
+            actor=self.actor,
+            outcome=outcome,
+            customer_id=self.customer_id,
+            created_at=now,
+            input={"reason": self.reason} if self.reason else None,
+            output=output,
+            conversation_id=conversation_id,
+            request_id=self.request_id,
+        )
+
+
+class LeaseLost(Exception):
+    """A turn took the conversation's lease mid-erasure (ours expired); ``written`` tombstones were stored."""
+
+    def __init__(self, written: int) -> None:
+        super().__init__("erasure lease lost")
+        self.written = written
+
+
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -90,28 +144,31 @@ class ConversationEraser:
         self._lease_seconds = lease_seconds
 
     def erase_customer(self, customer_id: int, actor: str, request_id: str, reason: str | None = None) -> ErasureReport:
+        request = _Request(customer_id, actor, request_id, reason)
         erased = messages = 0
         skipped: list[str] = []
-        owner = f"erasure:{request_id}"
         for conversation_id in self._conversation_ids(customer_id):
-            if not self._lease(conversation_id, customer_id, owner):
+            if not self._lease(conversation_id, customer_id, request.owner):
                 skipped.append(conversation_id)
                 continue
             try:
-                messages += self._tombstone_messages(conversation_id)
-                erased += 1
-            finally:
-                self._finish(conversation_id, owner)
-        record = AuditRecord(
-            stream=f"customer#{customer_id}",
-            action=ACTION,
-            actor=actor,
-            outcome="erased" if not skipped else "partial",
-            customer_id=customer_id,
-            created_at=self._now(),
-            input={"reason": reason} if reason else None,
-            output={"conversations": erased, "messages": messages, "skipped": skipped},
-            request_id=request_id,
+                count = self._tombstone_messages(conversation_id, request)
+            except LeaseLost as lost:
+                messages += lost.written
+                skipped.append(conversation_id)
+                continue
+            except BaseException:
+                # Unfinished: no erased_at on the header; the chunks written are audited, calling again resumes.
+                self._release(conversation_id, request.owner)
+                raise
+            self._finish(conversation_id, request.owner)
+            messages += count
+            erased += 1
+        record = request.record(
+            ACTION,
+            "erased" if not skipped else "partial",
+            self._now(),
+            {"conversations": erased, "messages": messages, "skipped": skipped},
         )
         self._db.put_item(**record.put(self._audit)["Put"])
         return ErasureReport(customer_id, erased, messages, skipped, record.event_id)
@@ -156,27 +213,73 @@ class ConversationEraser:
             return False
         return True
 
-    def _tombstone_messages(self, conversation_id: str) -> int:
-        """Replace each message's content, in transactions of up to 100, held to the lease we own."""
-        updates: list[dict[str, Any]] = []
-        for message in ConversationStore(self._db, self._table).load(conversation_id):
-            erased = tombstone(message.content)
-            if erased == message.content:
-                continue  # erased before
-            updates.append(
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": self._key(conversation_id, message.seq),
-                        "UpdateExpression": "SET content = :content, erased_at = :now",
-                        "ConditionExpression": "attribute_exists(seq)",
-                        "ExpressionAttributeValues": to_values({":content": dumps(erased), ":now": self._now()}),
-                    }
+    def _chunk_items(
+        self, conversation_id: str, request: _Request, chunk: list[tuple[int, list[Block]]]
+    ) -> tuple[list[dict[str, Any]], AuditRecord]:
+        """One chunk's TransactItems: its tombstones, the header (still our lease: renewed), its audit row."""
+        now = self._now()
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": self._key(conversation_id, seq),
+                    "UpdateExpression": "SET content = :content, erased_at = :now",
+                    "ConditionExpression": "attribute_exists(seq)",
+                    "ExpressionAttributeValues": to_values({":content": dumps(content), ":now": now}),
                 }
+            }
+            for seq, content in chunk
+        ]
+        items.append(
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": self._key(conversation_id),
+                    "UpdateExpression": "SET lease_expires_at = :until REMOVE title",
+                    "ConditionExpression": "lease_owner = :owner",
+                    "ExpressionAttributeValues": to_values(
+                        {":owner": request.owner, ":until": int(self._clock()) + self._lease_seconds}
+                    ),
+                }
+            }
+        )
+        seqs = [seq for seq, _ in chunk]
+        record = request.record(
+            CONVERSATION_ACTION, "erased", now, {"messages": len(seqs), "seqs": seqs}, conversation_id
+        )
+        items.append(record.put(self._audit))
+        return items, record
+
+    def _tombstone_messages(self, conversation_id: str, request: _Request) -> int:
+        """Tombstone what is not yet erased, chunk by chunk, each chunk audited in its own transaction."""
+        pending = [
+            (m.seq, erased)
+            for m in ConversationStore(self._db, self._table).load(conversation_id)
+            if (erased := tombstone(m.content)) != m.content  # unchanged: erased before
+        ]
+        for start in range(0, len(pending), CHUNK_MESSAGES):
+            chunk = pending[start : start + CHUNK_MESSAGES]
+            items, record = self._chunk_items(conversation_id, request, chunk)
+            try:
+                # The token makes botocore's retry of a lost answer a no-op, not a duplicate-row cancel.
+                self._db.transact_write_items(TransactItems=items, ClientRequestToken=record.event_id)  # type: ignore[arg-type]
+            except ClientError as exc:
+                header = cancellation_codes(exc)[len(chunk) : len(chunk) + 1]  # the item after the tombstones
+                if error_code(exc) == "TransactionCanceledException" and header == ["ConditionalCheckFailed"]:
+                    raise LeaseLost(start) from None
+                raise
+        return len(pending)
+
+    def _release(self, conversation_id: str, owner: str) -> None:
+        """Best effort: if this fails too, the lease simply expires."""
+        with contextlib.suppress(ClientError):
+            self._db.update_item(
+                TableName=self._table,
+                Key=self._key(conversation_id),
+                UpdateExpression="REMOVE lease_owner, lease_expires_at",
+                ConditionExpression="lease_owner = :owner",
+                ExpressionAttributeValues=to_values({":owner": owner}),
             )
-        for start in range(0, len(updates), TRANSACTION_ITEMS):
-            self._db.transact_write_items(TransactItems=updates[start : start + TRANSACTION_ITEMS])  # type: ignore[arg-type]
-        return len(updates)
 
     def _finish(self, conversation_id: str, owner: str) -> None:
         """Drop the header's title (it quotes the first message), mark it erased, release the lease."""

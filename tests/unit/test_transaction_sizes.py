@@ -1,0 +1,165 @@
+"""Every TransactWriteItems the code builds stays within DynamoDB's 100 items, in its worst case.
+
+Sizes are not restated here: each builder is called (a recording client captures its TransactItems;
+the turn runs on moto with the worst answer a model may give), so the test fails when a constant
+such as MAX_TOOL_USES or the erasure chunk grows unsafely, or when a new call site appears uncovered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support_agent.agent.model_output import MAX_TOOL_USES
+from support_agent.config import Settings
+from support_agent.store.approvals import ApprovalStore
+from support_agent.store.erasure import ConversationEraser
+from support_agent.store.handoffs import HandoffStore
+from support_agent.store.refunds import RefundRequest, RefundWriter
+from tests.support.harness import Crash, Harness, make_harness
+from tests.support.recording import RecordingDynamo
+from tests.support.scripted import answer, tool_use, tools
+
+DYNAMODB_LIMIT = 100  # TransactWriteItems: at most 100 actions (AWS quota, not ours to change)
+SOURCES = Path(__file__).resolve().parents[2] / "layers" / "common" / "support_agent"
+CID = "conv_01JTESTTESTTESTTESTTESTTE"
+# Every call site, by module, and the tests below that build its worst case.
+COVERED = {
+    "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
+    "store/refunds.py": 1,  # direct, reserve: test_money_writes
+    "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
+    "store/handoffs.py": 2,  # open, close: test_hand_offs
+    "store/erasure.py": 1,  # chunks: test_erasure_chunks
+}
+
+
+def test_every_call_site_is_covered() -> None:
+    found = {
+        str(p.relative_to(SOURCES)): n
+        for p in sorted(SOURCES.rglob("*.py"))
+        if (n := len(re.findall(r"\.transact_write_items\(", p.read_text())))
+    }
+    assert found == COVERED, "a TransactWriteItems call site changed: size its worst case here"
+
+
+def max_tool_calls_per_turn() -> int:
+    """The highest per-turn cap a stage may configure (config.py's bound)."""
+    field = Settings.model_fields["max_tool_calls_per_turn"]
+    return int(next(m.le for m in field.metadata if hasattr(m, "le")))
+
+
+@pytest.fixture
+def recorded(aws: None) -> Iterator[tuple[Harness, list[list[dict[str, Any]]]]]:
+    h = make_harness(MAX_TOOL_CALLS_PER_TURN=str(max_tool_calls_per_turn()))
+    seen: list[list[dict[str, Any]]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        seen.append(list(params["TransactItems"]))
+
+    h.ddb.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", record, unique_id="sizes")
+    yield h, seen
+    h.ddb.meta.events.unregister("provide-client-params.dynamodb.TransactWriteItems", unique_id="sizes")
+
+
+def audit_puts(items: list[dict[str, Any]], h: Harness) -> int:
+    return sum(1 for i in items if i.get("Put", {}).get("TableName") == h.settings.audit_table)
+
+
+def test_turn_writes(recorded: tuple[Harness, list[list[dict[str, Any]]]]) -> None:
+    """Write-ahead (user + assistant + header) and the results of the most tool calls an answer may carry."""
+    h, seen = recorded
+    flood = [tool_use("lookup_order", {"order_id": 1042}) for _ in range(MAX_TOOL_USES + 8)]
+    h.model.script = [tools(*flood), answer("done")]
+    cid = h.turn("look everything up").conversation_id
+    # The same answer again, crashed after its write-ahead: the next turn's repair answers every call at once.
+    h.model.script = [tools(*[tool_use("lookup_order", {"order_id": 1042}) for _ in range(MAX_TOOL_USES + 8)])]
+    h.crash_at = {"after_write_ahead"}
+    with pytest.raises(Crash):
+        h.turn("again", cid)
+    h.model.script = [answer("done")]
+    h.turn("and?", cid)
+
+    sizes = [len(items) for items in seen]
+    assert max(sizes) <= DYNAMODB_LIMIT, sizes
+    results = [items for items in seen if audit_puts(items, h)]
+    assert len(results) == 2  # the turn's results, the repair's
+    for items in results:  # one results message + the header + one audit row per call, every call answered
+        assert audit_puts(items, h) == MAX_TOOL_USES and len(items) == MAX_TOOL_USES + 2
+    messages = [sum(1 for i in items if "seq" in i.get("Put", {}).get("Item", {})) for items in seen]
+    assert max(messages) == 3, "the first write-ahead: user + assistant messages and the new header"
+
+
+def request(amount: int) -> RefundRequest:
+    return RefundRequest(7, 1042, 18900, amount, "USD", "broken", "refund#x", CID, "toolu_1", "customer-7", "r", "t")
+
+
+def test_money_writes() -> None:
+    db = RecordingDynamo()
+    writer = RefundWriter(db, "CustomerData", "Approvals", "Audit")
+    writer.direct(request(100), 5000, {"status": "REFUNDED"})
+    writer.reserve(request(9000), "apr_1", {"status": "PENDING_APPROVAL", "approval_id": "apr_1"})
+    assert len(db.transactions) == 2
+    assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
+
+
+def test_approval_decisions() -> None:
+    approval = {
+        "approval_id": "apr_1",
+        "customer_id": 7,
+        "order_id": 1042,
+        "amount_cents": 9000,
+        "conversation_id": CID,
+    }
+    db = RecordingDynamo()
+    store = ApprovalStore(db, "Approvals", "CustomerData", "Audit")
+    for status, decide in [
+        ("PENDING", lambda: store.approve("apr_1", "lead-1", "t")),
+        ("FAILED", lambda: store.mark_retry("apr_1", "lead-1", "t")),
+        ("PENDING", lambda: store.release("apr_1", "PENDING", "REJECTED", "lead-1", "approval_rejected", "t", "no")),
+    ]:
+        db.items["Approvals"] = {**approval, "status": status}
+        decide()
+    assert len(db.transactions) == 3
+    assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
+
+
+def test_hand_offs() -> None:
+    db = RecordingDynamo()
+    store = HandoffStore(db, "Approvals", "Conversations", "Audit")
+    store.open(
+        conversation_id=CID,
+        seq=3,
+        customer_id=7,
+        reason="wants a person",
+        actor="customer-7",
+        tool_use_id="toolu_1",
+        request_id="r",
+        now="t",
+    )
+    db.items["Approvals"] = {
+        "approval_id": "hof_1",
+        "entity": "HANDOFF",
+        "status": "OPEN",
+        "customer_id": 7,
+        "conversation_id": CID,
+    }
+    store.close("hof_1", "lead-1", "t")
+    assert len(db.transactions) == COVERED["store/handoffs.py"]
+    assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
+
+
+def test_erasure_chunks() -> None:
+    """A conversation long enough for several chunks: full chunks are exactly at the limit, never over."""
+    rows = [
+        {"conversation_id": CID, "seq": s, "role": "user", "content": '[{"type":"text","text":"x"}]'}
+        for s in range(1, 3 * DYNAMODB_LIMIT)
+    ]
+    db = RecordingDynamo(queries={"by_customer": [{"conversation_id": CID, "seq": 0}], "Conversations": rows})
+    ConversationEraser(db, "Conversations", "Audit", lambda: 0.0, lambda: "t").erase_customer(7, "lead-1", "r")
+    sizes = [len(t) for t in db.transactions]
+    assert len(sizes) > 1 and max(sizes) <= DYNAMODB_LIMIT, sizes
+    assert sum(size - 2 for size in sizes) == len(rows)  # each chunk: its tombstones + header + audit row
