@@ -12,6 +12,7 @@ import mimetypes
 import time
 import uuid
 from collections.abc import Callable
+from functools import lru_cache
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,11 +21,41 @@ from urllib.parse import parse_qsl, urlsplit
 
 from devstack import apidocs
 from devstack.functions import FunctionError, FunctionPool
-from devstack.stack import REPO_ROOT, Route
+from devstack.stack import REPO_ROOT, Route, load_template
 
 WEB_DIR = REPO_ROOT / "web"
 PAGES = {"/": "index.html", "/chat": "index.html", "/lead": "lead.html"}
 MAX_BODY = 10 * 1024 * 1024  # API Gateway's payload limit
+
+
+@lru_cache(maxsize=1)
+def cors_configuration() -> dict[str, Any]:
+    """The HttpApi's CorsConfiguration, read from template.yaml (AllowOrigins resolved to its parameter's
+    default), so the local gateway answers CORS as the deployed API does and cannot drift from it."""
+    template = load_template()
+    config = dict(template["Resources"]["HttpApi"]["Properties"]["CorsConfiguration"])
+    origins = config.get("AllowOrigins")
+    if isinstance(origins, dict) and "Ref" in origins:
+        config["AllowOrigins"] = str(template["Parameters"][origins["Ref"]]["Default"]).split(",")
+    return config
+
+
+def cors_headers(origin: str | None, preflight: bool) -> dict[str, str]:
+    """API Gateway's CORS headers for a request from ``origin``: none for a same-origin request (no Origin)
+    or an origin not allowed; a preflight gets the allowed methods and headers, an answer the exposed ones."""
+    config = cors_configuration()
+    allowed = config.get("AllowOrigins") or []
+    if not origin or ("*" not in allowed and origin not in allowed):
+        return {}
+    out = {"Access-Control-Allow-Origin": "*" if "*" in allowed else origin}
+    if preflight:
+        out["Access-Control-Allow-Methods"] = ",".join(config.get("AllowMethods") or [])
+        out["Access-Control-Allow-Headers"] = ",".join(config.get("AllowHeaders") or [])
+        if config.get("MaxAge") is not None:
+            out["Access-Control-Max-Age"] = str(config["MaxAge"])
+    elif config.get("ExposeHeaders"):
+        out["Access-Control-Expose-Headers"] = ",".join(config["ExposeHeaders"])
+    return out
 
 
 def match(routes: list[Route], method: str, path: str) -> tuple[Route, dict[str, str]] | None:
@@ -181,6 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = base64.b64decode(body) if out.get("isBase64Encoded") else str(body).encode()
         headers = {k: str(v) for k, v in (out.get("headers") or {}).items()}
         headers.setdefault("Content-Type", "application/json")
+        headers.update(cors_headers(self.headers.get("Origin"), preflight=False))
         self._send(int(out["statusCode"]), raw, headers)
 
     def _static(self, path: str) -> None:
@@ -202,12 +234,4 @@ class _Handler(BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def do_OPTIONS(self) -> None:  # CORS preflight, as the template's CorsConfiguration allows
-        self._send(
-            204,
-            b"",
-            {
-                "Access-Control-Allow-Origin": "*",
-                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-                "Access-Control-Allow-Headers": "authorization, content-type",
-            },
-        )
+        self._send(204, b"", cors_headers(self.headers.get("Origin") or "*", preflight=True))

@@ -224,6 +224,7 @@
           turns.push(turn);
         }
         if (m.text) turn.texts.push(m.text);
+        if (!m.toolCalls) turn.quiet = true; // TRANSPARENCY=quiet: the view carries no tool calls
         turn.iterations.push({ iteration: turn.iterations.length + 1, stopReason: null, toolCalls: m.toolCalls || [] });
       }
     });
@@ -234,12 +235,12 @@
         {
           reply: t.texts.join("\n\n"),
           iterations: t.iterations.length,
-          trace: t.iterations,
+          trace: t.quiet ? null : t.iterations,
         },
         state.turn,
         true
       );
-      appendTraceTurn(state.turn, t.user ? t.user.text : "", t.iterations, true);
+      appendTraceTurn(state.turn, t.user ? t.user.text : "", t.quiet ? null : t.iterations, true);
     });
     scrollTranscript();
   }

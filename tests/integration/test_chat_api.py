@@ -12,6 +12,7 @@ import boto3
 from support_agent.agent import history as hist
 from support_agent.llm.base import Usage
 from tests.integration.conftest import Api
+from tests.support.openapi import assert_documented
 from tests.support.scripted import answer, tool_use, tools
 from tests.support.transport import HttpFailure
 
@@ -177,11 +178,17 @@ def test_429_token_budget(api: Api) -> None:
 
 
 def test_502_model_refused(api: Api) -> None:
+    upstream = "not authorized: arn:aws:iam::123456789012:role/ChatFunctionRole on arn:aws:bedrock:us-east-1::model/x"
     api.model.script = [
-        HttpFailure(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}})
+        HttpFailure(400, {"type": "error", "error": {"type": "invalid_request_error", "message": upstream}})
     ]
-    _error(502, "model_error", chat(api, "hello"))
+    status, body, headers = chat(api, "hello")
+    _error(502, "model_error", (status, body, headers))
     assert len(api.model.requests) == 1  # no retry
+    # The provider's words stay in our log: every customer would otherwise read the account and the role.
+    assert body["error"]["message"] == "the model API refused the request (HTTP 400 invalid_request_error)"
+    assert "123456789012" not in json.dumps(body)
+    assert_documented("POST", "/api/chat", status, body, headers)
 
 
 def test_503_model_unavailable_with_retry_after(api: Api) -> None:

@@ -78,3 +78,71 @@ def test_invalid_requests_are_refused_before_they_count(limited: Api) -> None:
     api.model.script = [answer("Still allowed.")]
     status, body, _ = chat(api, "a real question", customer_id=21)
     assert status == 200, body
+
+
+READS = 3
+
+
+@pytest.fixture
+def read_limited(api: Api) -> Api:
+    """The chat function with READS_PER_MINUTE=3 (and its turn limit high), clear of a minute boundary."""
+    assert api.stack.function_env("ChatFunction")["READS_PER_MINUTE"] == "60"  # the template's default
+    api.overrides.update(READS_PER_MINUTE=str(READS), TURNS_PER_MINUTE="1000")
+    api.current = ""
+    api.use_function("ChatFunction")
+    left = 60 - time.time() % 60
+    if left < 5:
+        time.sleep(left + 0.05)
+    return api
+
+
+def test_conversation_reads_have_their_own_per_customer_limit(read_limited: Api) -> None:
+    api = read_limited
+    api.model.script = [answer("Hello.")]
+    _, first, _ = chat(api, "hello", customer_id=31)
+    cid = first["conversationId"]
+    token = api.token("customer-31", customer_id=31)
+    minute = int(time.time() // 60)
+    reads = [("GET", "/api/conversations"), ("GET", f"/api/conversations/{cid}"), ("GET", "/api/conversations")]
+    for method, path in reads:
+        status, body, headers = api.call(method, path, token=token)
+        assert status == 200, body
+    for path in ("/api/conversations", f"/api/conversations/{cid}"):
+        status, body, headers = api.call("GET", path, token=token)
+        assert (status, body["error"]["code"]) == (429, "rate_limited"), body
+        assert_documented("GET", path, status, body, headers)
+        assert 1 <= int(headers["Retry-After"]) <= 60
+    # Another customer reads on; this customer's turns are a separate counter and still run.
+    assert api.call("GET", "/api/conversations", token=api.token("customer-32", customer_id=32))[0] == 200
+    api.model.script = [answer("Still chatting.")]
+    assert chat(api, "and a turn", customer_id=31)[0] == 200
+    assert int(time.time() // 60) == minute, "the test ran across a minute boundary"
+
+    table = api.stack.function_env("ChatFunction")["CONVERSATIONS_TABLE"]
+    ddb = boto3.client("dynamodb")
+    reads_key = {"conversation_id": {"S": f"{KEY_PREFIX}reads#31#{minute}"}, "seq": {"N": "0"}}
+    turns_key = {"conversation_id": {"S": f"{KEY_PREFIX}31#{minute}"}, "seq": {"N": "0"}}
+    assert ddb.get_item(TableName=table, Key=reads_key)["Item"]["count"] == {"N": str(READS)}
+    assert ddb.get_item(TableName=table, Key=turns_key)["Item"]["count"] == {"N": "2"}
+
+
+def test_a_refused_read_costs_no_query(read_limited: Api) -> None:
+    """Over the limit, the route answers before it touches the conversations (one UpdateItem, no Query)."""
+    api = read_limited
+    token = api.token("customer-33", customer_id=33)
+    for _ in range(READS):
+        assert api.call("GET", "/api/conversations", token=token)[0] == 200
+    calls: list[str] = []
+    events = boto3._get_default_session().events
+
+    def handler(model: Any, **_kw: Any) -> None:
+        calls.append(model.name)
+
+    events.register("before-call.dynamodb", handler)
+    api.current = ""
+    api.use_function("ChatFunction")  # fresh clients, made after the hook
+    try:
+        assert api.call("GET", "/api/conversations", token=token)[0] == 429
+    finally:
+        events.unregister("before-call.dynamodb", handler)
+    assert calls == ["UpdateItem"]

@@ -210,6 +210,43 @@ def test_non_numeric_time_claims_rejected(claim: str) -> None:
     assert_401(hs_auth(), bearer(customer_token(extra={claim: "soon"})))
 
 
+# --- lifetime (exp - iat) ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ttl", [86_401, 30 * 86_400, 100 * 365 * 86_400])
+def test_a_token_minted_to_live_too_long_is_refused(ttl: int) -> None:
+    """Fresh and well signed, yet a leaked one would be good for years: JWT_MAX_LIFETIME_SECONDS (a day)."""
+    assert_401(hs_auth(), bearer(customer_token(ttl_seconds=ttl)), "token lifetime too long")
+
+
+def test_lifetime_up_to_the_maximum_is_accepted_and_the_maximum_is_configurable() -> None:
+    assert hs_auth().authenticate(bearer(customer_token(ttl_seconds=86_400))).customer_id == 7
+    hour = hs_auth(JWT_MAX_LIFETIME_SECONDS="3600")
+    assert hour.authenticate(bearer(customer_token(ttl_seconds=3600))).customer_id == 7
+    assert_401(hour, bearer(customer_token(ttl_seconds=3601)), "token lifetime too long")
+    # A backdated iat cannot stretch the window: the lifetime is exp - iat, whatever now is.
+    now = int(time.time())
+    assert_401(hour, bearer(hs_raw(good_claims(iat=now - 10, exp=now + 3600))), "token lifetime too long")
+    assert_401(hour, bearer(hs_raw(good_claims(iat=now, exp=now + 3600.5))), "token lifetime too long")
+
+
+def test_jwks_tokens_have_the_same_lifetime_limit(rsa_key: rsa.RSAPrivateKey) -> None:
+    authenticator = jwks_auth(Fetcher(jwks_of(rsa_key)))
+    now = int(time.time())
+    assert authenticator.authenticate(bearer(signed(rsa_key, "RS256", "rsa-1", iat=now, exp=now + 3600))).customer_id
+    far = signed(rsa_key, "RS256", "rsa-1", iat=now, exp=now + 10 * 365 * 86_400)
+    assert_401(authenticator, bearer(far), "token lifetime too long")
+
+
+def test_demo_tokens_stay_within_the_default_lifetime() -> None:
+    from devstack.local import demo_tokens
+
+    tokens = demo_tokens(SECRET, ISS, AUD, simulated=True)
+    authenticator = hs_auth()
+    for entry in tokens["customers"] + tokens["leads"]:
+        authenticator.authenticate(bearer(entry["token"]))  # 12 h: accepted
+
+
 # --- required claims, exact issuer and audience ---------------------------------------------------------
 
 

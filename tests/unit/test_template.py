@@ -1,4 +1,4 @@
-"""template.yaml: lint, the shape DESIGN.md asks for, and least privilege checked statically (rule 7).
+"""template.yaml: lint, the shape docs/ARCHITECTURE.md describes, and least privilege checked statically (rule 7).
 
 The IAM check works on the template as samtranslator translates it, i.e. on the roles AWS will
 create: every statement of every function role is expanded into (action, target) pairs, and the
@@ -158,7 +158,7 @@ def test_routes_and_api(sam: dict[str, Any]) -> None:
     assert api["CorsConfiguration"]["AllowOrigins"] == {"Ref": "AllowedOrigins"}
 
 
-# ------------------------------------------------------------------ data (DESIGN.md, "Data")
+# ------------------------------------------------------------------ data (ARCHITECTURE.md, "Data")
 
 TABLES: dict[str, dict[str, Any]] = {
     "ConversationsTable": {
@@ -348,7 +348,8 @@ ALLOWED: dict[str, set[Pair]] = {
         ("sns:Publish", "ref:LeadsTopic"),
         *{(f"sqs:{a}", "ApprovalQueue") for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes")},
     },
-    # Expire (release: approval + order + audit row in one transaction) and re-enqueue.
+    # Expire (release: approval + order + audit row in one transaction), re-enqueue, and start the
+    # RefundFlow of an APPROVED approval whose StartExecution failed (same name: never twice).
     "ApprovalSweepFunction": {
         ("dynamodb:Query", "ApprovalsTable/index/by_status"),
         ("dynamodb:GetItem", "ApprovalsTable"),
@@ -356,6 +357,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:UpdateItem", "CustomerDataTable"),
         ("dynamodb:PutItem", "AuditTable"),
         ("sqs:SendMessage", "ApprovalQueue"),
+        ("states:StartExecution", "ref:RefundFlow"),
     },
     # The lead's API: conditional decisions (approval + audit row, plus the order when money is
     # released), hand-off close (ticket + conversation header), audit reads, and starting RefundFlow.

@@ -1,6 +1,6 @@
 """JWT verification and the Principal.
 
-Every function verifies the bearer token itself (DESIGN.md, "Auth") so the 401/403 contract holds on AWS,
+Every function verifies the bearer token itself (ARCHITECTURE.md, "Components") so the 401/403 contract holds on AWS,
 under ``sam local`` and in the local stack alike. The customer id used by every tool comes from here and
 nowhere else.
 
@@ -293,7 +293,7 @@ class Authenticator:
         else:
             key = self._secret
         try:
-            return jwt.decode(
+            claims: dict[str, Any] = jwt.decode(
                 token,
                 key,
                 algorithms=[alg],
@@ -315,6 +315,18 @@ class Authenticator:
             raise Unauthorized("token expired") from None
         except (jwt.PyJWTError, ValueError, TypeError):
             raise Unauthorized("invalid token") from None
+        self._check_lifetime(claims)
+        return claims
+
+    def _check_lifetime(self, claims: Mapping[str, Any]) -> None:
+        """Refuse a token minted to live longer than JWT_MAX_LIFETIME_SECONDS, however fresh: a leaked one
+        would otherwise stay good until its far-off exp (pyjwt has checked both claims are numbers)."""
+        try:
+            lifetime = float(claims["exp"]) - float(claims["iat"])
+        except (KeyError, TypeError, ValueError, OverflowError):
+            raise Unauthorized("invalid token") from None
+        if not lifetime <= self._settings.jwt_max_lifetime_seconds:  # also refuses NaN
+            raise Unauthorized("token lifetime too long")
 
 
 @lru_cache(maxsize=4)

@@ -1,6 +1,6 @@
 """Settings from the environment, validated once per cold start.
 
-Every limit the rules in DESIGN.md name is here, so a deployment changes behaviour through
+Every limit the rules in docs/ARCHITECTURE.md name is here, so a deployment changes behaviour through
 template parameters, never through code.
 """
 
@@ -65,6 +65,8 @@ class Settings(BaseModel):
     tool_output_max_chars: int = Field(4000, alias="TOOL_OUTPUT_MAX_CHARS", ge=100)
     # Chat turns a customer may start per clock minute (a DynamoDB counter; 429 rate_limited after).
     turns_per_minute: int = Field(10, alias="TURNS_PER_MINUTE", ge=1, le=10_000)
+    # Conversation reads (list and view) a customer may make per clock minute (a separate counter).
+    reads_per_minute: int = Field(60, alias="READS_PER_MINUTE", ge=1, le=10_000)
 
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
@@ -95,6 +97,8 @@ class Settings(BaseModel):
     jwt_role_claim: str = Field("role", alias="JWT_ROLE_CLAIM")
     jwt_customer_id_claim: str = Field("customer_id", alias="JWT_CUSTOMER_ID_CLAIM")
     jwt_leeway_seconds: int = Field(30, alias="JWT_LEEWAY_SECONDS", ge=0, le=300)
+    # Longest exp - iat accepted: a leaked token must not stay good for a century.
+    jwt_max_lifetime_seconds: int = Field(86_400, alias="JWT_MAX_LIFETIME_SECONDS", ge=60, le=31_536_000)
     jwks_cache_seconds: int = Field(300, alias="JWKS_CACHE_SECONDS", ge=1)
 
     @field_validator("price_table")

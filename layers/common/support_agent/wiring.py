@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -23,7 +24,7 @@ from support_agent.store.audit import AuditStore
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.customer_data import CustomerDataStore
 from support_agent.store.handoffs import HandoffStore
-from support_agent.store.ratelimit import TurnRateLimiter
+from support_agent.store.ratelimit import RateLimiter, TurnRateLimiter
 from support_agent.store.refunds import RefundWriter
 from support_agent.tools.handoff import handoff_tools
 from support_agent.tools.orders import order_tools
@@ -39,6 +40,7 @@ class ChatServices:
     customer_data: CustomerDataStore
     approvals: ApprovalStore
     limiter: TurnRateLimiter
+    read_limiter: RateLimiter
 
 
 def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
@@ -83,6 +85,7 @@ def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs
         ApprovalStore(ddb, settings.approvals_table),
         # the same client as the stores: a second boto3 client would cost a cold start ~15-50 ms
         TurnRateLimiter(ddb, settings.conversations_table, settings.turns_per_minute),
+        RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
     )
 
 
@@ -103,7 +106,14 @@ def build_lead_services(settings: Settings, ddb: Any = None, sfn: Any = None) ->
     return LeadServices(
         settings,
         approvals,
-        ApprovalDecisions(approvals, sfn, settings.refund_flow_arn, settings.approval_wait_seconds, utc_now),
+        ApprovalDecisions(
+            approvals,
+            sfn,
+            settings.refund_flow_arn,
+            settings.approval_wait_seconds,
+            utc_now,
+            ttl=timedelta(hours=settings.approval_ttl_hours),
+        ),
         HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
         AuditStore(ddb, settings.audit_table),
         utc_now,

@@ -15,7 +15,7 @@ from support_agent.auth import require_customer
 from support_agent.errors import BadRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.llm.base import Deadline
-from support_agent.wiring import chat_services
+from support_agent.wiring import ChatServices, chat_services
 
 router = APIGatewayHttpRouter()
 
@@ -89,17 +89,28 @@ def chat(body: ChatRequest) -> dict[str, Any]:
     return out
 
 
+READS = "At most READS_PER_MINUTE reads of conversations per customer per minute (429 `rate_limited`)."
+
+
+def _reader(services: ChatServices) -> int:
+    """The customer reading, counted against their read limit before any query runs."""
+    customer_id = require_customer(_principal())
+    services.read_limiter.take(customer_id)
+    return customer_id
+
+
 @router.get(
     "/api/conversations",
     summary="List my conversations, newest first",
-    responses=responses(ConversationList, 400, 401, 403),
+    description=READS,
+    responses=responses(ConversationList, 400, 401, 403, 429),
     tags=["customer"],
 )
 def list_conversations(
     nextToken: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> dict[str, Any]:
     services = chat_services()
-    customer_id = require_customer(_principal())
+    customer_id = _reader(services)
     headers, last = pagination.page(
         nextToken,
         lambda start: services.conversations.list_for_customer(customer_id, start_key=start),
@@ -114,12 +125,13 @@ def list_conversations(
 @router.get(
     "/api/conversations/<conversation_id>",
     summary="Read one of my conversations",
-    responses=responses(ConversationView, 401, 403, 404),
+    description=READS + " Tool inputs and results only when TRANSPARENCY=verbose.",
+    responses=responses(ConversationView, 401, 403, 404, 429),
     tags=["customer"],
 )
 def get_conversation(conversation_id: str) -> dict[str, Any]:
     services = chat_services()
-    customer_id = require_customer(_principal())
+    customer_id = _reader(services)
     header = services.conversations.get_header(conversation_id) if CONVERSATION_ID.match(conversation_id) else None
     if header is None or header.customer_id != customer_id:
         raise NotFound("conversation not found")
@@ -139,7 +151,7 @@ def get_conversation(conversation_id: str) -> dict[str, Any]:
                 "status": status,
             }
         )
-    return conversation_view(header, messages, refunds)
+    return conversation_view(header, messages, refunds, tools=services.settings.transparency == "verbose")
 
 
 @router.get("/api/health", summary="Liveness", responses=responses(Health), tags=["public"])

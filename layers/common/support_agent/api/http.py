@@ -15,7 +15,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 
 from support_agent.auth import Principal, get_authenticator
 from support_agent.errors import ApiError, BadRequest, NotFound, TooLarge
@@ -49,6 +52,10 @@ def build_resolver(public_paths: Iterable[str] = ("/api/health",)) -> APIGateway
     @app.exception_handler(RequestValidationError)
     def _bad_request(exc: RequestValidationError) -> Response:
         return error_response(BadRequest(_validation_message(exc)))
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def _unsupported(_exc: RequestUnsupportedContentType) -> Response:  # body_problem answers first; never 415
+        return error_response(BadRequest("content-type: send the body as application/json"))
 
     @app.exception_handler(ApiError)
     def _api_error(exc: ApiError) -> Response:
@@ -84,7 +91,14 @@ def body_size(event: dict[str, Any]) -> int:
     return len(body.encode())
 
 
+# The media types we take a body as: application/json and any application/*+json (RFC 6839), in any case,
+# with parameters (charset=utf-8). Anything else is a 400 in our shape, never Powertools' 415.
 _JSON_TYPE = re.compile(r"^application/(?:[\w.+-]+\+)?json\s*(?:;.*)?$", re.IGNORECASE)
+
+
+def _content_types(event: dict[str, Any]) -> list[str]:
+    headers = event.get("headers") or {}
+    return [str(v).strip() for k, v in headers.items() if isinstance(k, str) and k.lower() == "content-type"]
 
 
 def body_problem(event: dict[str, Any]) -> str | None:
@@ -92,15 +106,13 @@ def body_problem(event: dict[str, Any]) -> str | None:
 
     Left to Powertools, a form or multipart content type is parsed as a form (a multipart type without a
     boundary raises: a 500), an unknown one gets its own 415 shape, bytes that are not UTF-8 raise (a 500),
-    a JSON array passes an optional body's validation as "no body", and deep nesting overflows the
-    parser's stack.
+    a JSON array passes an optional body's validation as "no body", deep nesting overflows the parser's
+    stack, and an integer of more than 4300 digits raises a plain ValueError (a 500).
     """
     body = event.get("body")
-    headers = event.get("headers") or {}
-    declared = [v for k, v in headers.items() if isinstance(k, str) and k.lower() == "content-type"]
     method = str(((event.get("requestContext") or {}).get("http") or {}).get("method", "")).upper()
     carries_body = bool(body) or method in ("POST", "PUT", "PATCH")
-    if carries_body and declared and not _JSON_TYPE.match(str(declared[0]).strip()):
+    if carries_body and not all(_JSON_TYPE.match(t) for t in _content_types(event)):
         return "content-type: send the body as application/json"
     if not body:
         return None
@@ -111,11 +123,23 @@ def body_problem(event: dict[str, Any]) -> str | None:
         return "body: not UTF-8 text"
     except RecursionError:  # "[[[[…" a few thousand deep: Python's parser gives up (and Powertools' too)
         return "body: nested too deeply"
-    except ValueError:
+    except json.JSONDecodeError:
         return None  # malformed JSON: Powertools' validation answers it (400) like any other bad body
+    except ValueError:  # int() refuses more than sys.get_int_max_str_digits() digits (4300)
+        return "body: a number has too many digits"
     if value is not None and not isinstance(value, dict):  # null is an optional body left out
         return "body: must be a JSON object"
     return None
+
+
+def canonical_content_type(event: dict[str, Any]) -> dict[str, Any]:
+    """The event with an accepted JSON media type spelt ``application/json``, the only spelling Powertools
+    parses as JSON (its check is case-sensitive and knows no ``+json``; the rest get its own 415 body)."""
+    declared = _content_types(event)
+    if not declared or declared == [JSON] or not all(_JSON_TYPE.match(t) for t in declared):
+        return event  # nothing to respell (a GET without a body may declare anything: nothing parses it)
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if str(k).lower() != "content-type"}
+    return {**event, "headers": {**headers, "content-type": JSON}}
 
 
 def handle(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max_body_bytes: int) -> dict[str, Any]:
@@ -128,7 +152,7 @@ def handle(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max
         resp = error_response(BadRequest(problem))
         return {"statusCode": resp.status_code, "headers": {"Content-Type": JSON}, "body": resp.body}
     try:
-        return app.resolve(event, context)
+        return app.resolve(canonical_content_type(event), context)
     except ApiError as exc:  # raised by a middleware, outside the route's exception handlers
         resp = error_response(exc)
         headers = {"Content-Type": JSON, **{k: v for k, v in resp.headers.items() if isinstance(v, str)}}

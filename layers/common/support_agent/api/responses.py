@@ -146,7 +146,7 @@ class ConversationMessage(_Shape):
     role: Literal["user", "assistant"]
     createdAt: str
     text: str
-    toolCalls: list[MessageToolCall]
+    toolCalls: list[MessageToolCall] | None = Field(None, description="Only when TRANSPARENCY=verbose")
 
 
 class RefundSummary(_Shape):
@@ -158,7 +158,7 @@ class RefundSummary(_Shape):
 
 
 class ConversationView(_Shape):
-    """A reader's view: text and tool calls, fences removed, with the refunds raised in it."""
+    """A reader's view: text and (verbose only) tool calls, fences removed, with the refunds raised in it."""
 
     conversationId: str
     createdAt: str

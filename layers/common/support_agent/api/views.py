@@ -12,7 +12,21 @@ def _text(content: list[dict[str, Any]]) -> str:
     return "".join(b.get("text", "") for b in content if b.get("type") == "text")
 
 
-def conversation_view(header: Header, messages: list[StoredMessage], refunds: list[dict[str, Any]]) -> dict[str, Any]:
+def _call(use: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": use.get("name"),
+        "input": use.get("input"),
+        "result": unfence(result.get("content")) if result else None,
+        "isError": bool(result.get("is_error", False)),
+    }
+
+
+def conversation_view(
+    header: Header, messages: list[StoredMessage], refunds: list[dict[str, Any]], *, tools: bool
+) -> dict[str, Any]:
+    """The conversation as its owner reads it. ``tools`` (TRANSPARENCY=verbose) adds each message's tool calls
+    with their input and result; quiet leaves them out, as the chat answer leaves out its trace. The refunds
+    stay either way: they are the customer's own money, not tool data."""
     results: dict[str, dict[str, Any]] = {}
     for m in messages:
         for b in m.content:
@@ -20,22 +34,15 @@ def conversation_view(header: Header, messages: list[StoredMessage], refunds: li
                 results[str(b.get("tool_use_id"))] = b
     out = []
     for m in messages:
-        calls = []
-        for b in m.content:
-            if b.get("type") == "tool_use":
-                res = results.get(str(b.get("id")), {})
-                calls.append(
-                    {
-                        "name": b.get("name"),
-                        "input": b.get("input"),
-                        "result": unfence(res.get("content")) if res else None,
-                        "isError": bool(res.get("is_error", False)),
-                    }
-                )
         text = _text(m.content)
         if m.role == "user" and not text:
             continue  # a message of tool results only: shown with the calls it answers
-        out.append({"seq": m.seq, "role": m.role, "createdAt": m.created_at, "text": text, "toolCalls": calls})
+        entry: dict[str, Any] = {"seq": m.seq, "role": m.role, "createdAt": m.created_at, "text": text}
+        if tools:
+            entry["toolCalls"] = [
+                _call(b, results.get(str(b.get("id")), {})) for b in m.content if b.get("type") == "tool_use"
+            ]
+        out.append(entry)
     return {
         "conversationId": header.conversation_id,
         "createdAt": header.created_at,

@@ -3,14 +3,15 @@
 Why not the SDK: the Lambda layer stays small, and retries, timeouts and the breaker must follow
 the turn's `Deadline` (rule 4), which the SDK's own retry loop does not know about.
 
-Error mapping (DESIGN.md's table):
+Error mapping (docs/ARCHITECTURE.md's error table):
 
 * 429 / 529 / 408 / 5xx, connection errors and timeouts are retried (exponential backoff with full
   jitter, or the server's `retry-after`), never sleeping past the deadline; when retries run out or
   the next wait would cross the deadline → `ModelUnavailable` (503) with a `retry_after` for clients.
 * A spend / billing limit (a 4xx whose error says so) is not retried: resending will not help for a
   long time, yet nothing is wrong with the request, so → `ModelUnavailable` with `retry_after=3600`.
-* Any other 4xx → `ModelError` (502), no retry: the same request would be refused again.
+* Any other 4xx → `ModelError` (502), no retry: the same request would be refused again. The body names
+  the HTTP status and error type only; the provider's message goes to the log (`retry.refused`).
 * A 200 whose body is not a Messages API response (bad JSON, no `content`/`stop_reason`) →
   retried, then `ModelUnavailable`: in practice that is a proxy or gateway fault, not our request.
 
@@ -37,7 +38,9 @@ from support_agent.llm.retry import (
     DEFAULT_RETRY_AFTER,
     SPEND_LIMIT_RETRY_AFTER,
     RetryingClient,
+    error_type,
     http_client,
+    refused,
     retry_after_header,
 )
 from support_agent.llm.retry import SPEND_LIMIT as _SPEND_LIMIT
@@ -132,15 +135,14 @@ class AnthropicClient(RetryingClient):
             except ValueError as exc:
                 raise _Retryable(f"malformed response: {exc}") from None
         err_type, err_message = _error_of(r)
-        reason = f"HTTP {r.status_code} {err_type}".rstrip()
+        reason = f"HTTP {r.status_code} {error_type(err_type)}".rstrip()
         if 400 <= r.status_code < 500 and (
             err_type == "billing_error" or (err_type != "" and _SPEND_LIMIT.search(err_message))
         ):
             raise ModelUnavailable(f"model API spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER)
         if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
             raise _Retryable(reason, retry_after_header(r.headers))
-        detail = err_message.replace(key, "***")[:200] if key else err_message[:200]
-        raise ModelError(f"model API refused the request ({reason}): {detail}".rstrip(": "))
+        raise refused(reason, err_message, key)
 
 
 # -- request and response, pure functions (tested directly) -----------------------------------

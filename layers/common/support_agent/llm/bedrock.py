@@ -14,7 +14,8 @@ Retries follow `llm/retry.py`, the same policy as the HTTP adapters: ThrottlingE
 ServiceUnavailableException, ModelNotReadyException, InternalServerException,
 ModelTimeoutException, 429/5xx and connection faults are retried; botocore's own retries are off
 so they cannot stack. A ServiceQuotaExceededException → `ModelUnavailable` at once; any other
-client error (validation, access denied, unknown model) → `ModelError`.
+client error (validation, access denied, unknown model) → `ModelError`, whose body names the error
+code only (`retry.refused`: the message, with its account id, role and ARNs, goes to the log).
 
 The deadline: botocore's read timeout is fixed per client, so with a deadline each attempt runs
 on a helper thread and is abandoned (as a timeout) once the turn has no time left; the stray
@@ -25,6 +26,7 @@ provider pays for it, and never at import.
 from __future__ import annotations
 
 import json
+import logging
 import random as _random
 import re
 import threading
@@ -39,7 +41,7 @@ from support_agent.errors import ModelError, ModelUnavailable
 from support_agent.llm.anthropic import encode_body, parse_response
 from support_agent.llm.base import Deadline, LlmResponse, Message
 from support_agent.llm.breaker import CircuitBreaker
-from support_agent.llm.retry import MAX_RETRY_AFTER, Retryable, RetryingClient
+from support_agent.llm.retry import MAX_RETRY_AFTER, Retryable, RetryingClient, error_type, refused
 from support_agent.llm.translate import bedrock_body
 
 RETRYABLE_CODES = frozenset(
@@ -52,6 +54,7 @@ RETRYABLE_CODES = frozenset(
     }
 )
 QUOTA_CODES = frozenset({"ServiceQuotaExceededException"})
+log = logging.getLogger(__name__)
 _ARN_REGION = re.compile(r"^arn:aws[a-z-]*:bedrock:([a-z0-9-]+):")
 
 
@@ -146,7 +149,8 @@ class BedrockClient(RetryingClient):
         except (HTTPClientError, BotoConnectionError) as exc:
             raise Retryable(type(exc).__name__) from None
         except BotoCoreError as exc:  # no credentials, bad region, ...: configuration, not the provider
-            raise ModelError(f"could not call Bedrock ({type(exc).__name__}): {str(exc)[:200]}") from None
+            log.warning("could not call Bedrock (%s): %s", type(exc).__name__, exc)  # may name the endpoint
+            raise ModelError(f"could not call Bedrock ({type(exc).__name__})") from None
         try:
             return parse_response(json.loads(raw))
         except ValueError as exc:
@@ -155,15 +159,15 @@ class BedrockClient(RetryingClient):
 
 def _mapped(exc: ClientError) -> Exception:
     error = exc.response.get("Error", {})
-    code = str(error.get("Code") or "")
+    code = error_type(str(error.get("Code") or ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
     reason = f"{code or 'error'} (HTTP {status})"
     if code in RETRYABLE_CODES or status == 429 or status >= 500:
         return Retryable(reason)
     if code in QUOTA_CODES:
         return ModelUnavailable(f"Bedrock service quota exceeded ({reason})", retry_after=MAX_RETRY_AFTER)
-    message = str(error.get("Message") or "")[:200]
-    return ModelError(f"Bedrock refused the request ({reason}): {message}".rstrip(": "))
+    # An AccessDenied message names the account, the role and the model ARN: the log's, not the client's.
+    return refused(f"Bedrock {reason}", str(error.get("Message") or ""))
 
 
 def _bounded(call: Callable[[], bytes], deadline: Deadline | None) -> bytes:

@@ -11,7 +11,8 @@ Error mapping:
   `ModelUnavailable` (503).
 * Out of quota or credit (`insufficient_quota`, or a 4xx saying "billing", "credit", "spend") →
   `ModelUnavailable` with `retry_after=3600`, not retried.
-* Any other 4xx → `ModelError` (502), not retried; the key is scrubbed from the message.
+* Any other 4xx → `ModelError` (502), not retried; its body names the status and error code only, the
+  provider's message (the key scrubbed) goes to the log.
 
 `base_url` ends where the OpenAI SDK's does (`https://api.openai.com/v1`, `http://localhost:11434/v1`):
 the client posts to `{base_url}/chat/completions`. An empty key sends no `Authorization` header,
@@ -29,7 +30,7 @@ from typing import Any, Literal
 
 import httpx
 
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.errors import ModelUnavailable
 from support_agent.llm.base import Deadline, LlmResponse, Message
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import (
@@ -37,7 +38,9 @@ from support_agent.llm.retry import (
     SPEND_LIMIT_RETRY_AFTER,
     Retryable,
     RetryingClient,
+    error_type,
     http_client,
+    refused,
     retry_after_header,
 )
 from support_agent.llm.translate import openai_request, parse_openai_response
@@ -129,7 +132,7 @@ class OpenAIClient(RetryingClient):
             except ValueError as exc:
                 raise Retryable(f"malformed response: {exc}") from None
         err_type, err_code, err_message = _error_of(r)
-        reason = f"HTTP {r.status_code} {err_code or err_type}".rstrip()
+        reason = f"HTTP {r.status_code} {error_type(err_code) or error_type(err_type)}".rstrip()
         if 400 <= r.status_code < 500 and (
             err_code in QUOTA_CODES
             or err_type in QUOTA_CODES
@@ -141,8 +144,7 @@ class OpenAIClient(RetryingClient):
             )
         if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
             raise Retryable(reason, retry_after_header(r.headers))
-        detail = err_message.replace(key, "***")[:200] if key else err_message[:200]
-        raise ModelError(f"model API refused the request ({reason}): {detail}".rstrip(": "))
+        raise refused(reason, err_message, key)
 
 
 def _error_of(r: httpx.Response) -> tuple[str, str, str]:

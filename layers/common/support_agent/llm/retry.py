@@ -1,7 +1,7 @@
 """The retry, deadline and breaker policy every model adapter shares.
 
 One place decides when a failed model call is tried again, so the three providers keep the same
-rules (DESIGN.md rule 4): exponential backoff with full jitter, or the server's own `retry-after`;
+rules (docs/ARCHITECTURE.md, rule 4): exponential backoff with full jitter, or the server's own `retry-after`;
 never an attempt after the turn's deadline, never a sleep that would cross it; when retries run out
 → `ModelUnavailable` (503) with a `retry_after` for clients. An adapter only says, per attempt,
 whether a failure is worth repeating (raise `Retryable`) or final (`ModelError`/`ModelUnavailable`).
@@ -37,6 +37,29 @@ SPEND_LIMIT_RETRY_AFTER = 3600
 DEADLINE_MARGIN = 1.0
 WRITE_TIMEOUT = 10.0
 SPEND_LIMIT = re.compile(r"spend|billing|credit|usage limit", re.IGNORECASE)
+
+
+_ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
+
+
+def error_type(value: str) -> str:
+    """The provider's error type or code when it looks like one (a short identifier), else "".
+
+    It ends up in our clients' 502/503 bodies, so free text a provider (or a proxy) puts there never does.
+    """
+    return value if _ERROR_TYPE.fullmatch(value) else ""
+
+
+def refused(reason: str, detail: str, secret: str = "") -> ModelError:
+    """The 502 for a request the provider refused: its error type at most, its own words only in our log.
+
+    A provider's message can name the account id, the role and the model ARN (a Bedrock AccessDenied):
+    fine for the operator's log, not for every customer's browser.
+    """
+    if secret:
+        detail = detail.replace(secret, "***")
+    log.warning("model API refused the request (%s): %s", reason, detail[:1000])
+    return ModelError(f"the model API refused the request ({reason})")
 
 
 class Retryable(Exception):
