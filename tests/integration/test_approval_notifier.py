@@ -12,7 +12,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -21,6 +21,8 @@ import pytest
 from devstack.stack import Stack
 from support_agent import wiring
 from support_agent.approvals import notifier as notifier_module
+from support_agent.approvals.sweep import ApprovalSweeper
+from support_agent.config import get_settings
 from support_agent.ids import new_approval_id
 from support_agent.store.approvals import ApprovalStore
 from tests.integration.conftest import BASE_ENV, load_handler
@@ -256,6 +258,7 @@ def test_publish_failure_takes_the_claim_back_and_the_record_is_retried(
 
     assert env.invoke(env.receive()) == {message_id}
     assert "notified_at" not in env.approval(approval_id)
+    assert "notify_claim_until" not in env.approval(approval_id)  # taken back: no need to wait for it
     assert env.notifications() == []
 
     monkeypatch.setenv("LEADS_TOPIC_ARN", env.env["LEADS_TOPIC_ARN"])
@@ -272,10 +275,11 @@ def test_unclaim_only_removes_its_own_claim(env: Env) -> None:
     approval_id = env.pending_approval()
     notifier = notifier_module.default_notifier()
     store = notifier.store
-    assert store.claim_notification(approval_id, "2030-01-01T00:00:00.000Z")
-    notifier.unclaim(approval_id, "2029-12-31T23:59:59.000Z")  # not ours: left alone
-    assert env.approval(approval_id)["notified_at"] == "2030-01-01T00:00:00.000Z"
-    notifier.unclaim(approval_id, "2030-01-01T00:00:00.000Z")
+    assert store.claim_notification(approval_id, "2030-01-01T00:00:00.000Z", "2030-01-01T00:02:00.000Z")
+    notifier.unclaim(approval_id, "2030-01-01T00:01:00.000Z")  # not ours: left alone
+    assert env.approval(approval_id)["notify_claim_until"] == "2030-01-01T00:02:00.000Z"
+    notifier.unclaim(approval_id, "2030-01-01T00:02:00.000Z")
+    assert "notify_claim_until" not in env.approval(approval_id)
     assert "notified_at" not in env.approval(approval_id)
 
 
@@ -293,9 +297,98 @@ def test_the_clock_is_injectable(env: Env) -> None:
     approval_id = env.pending_approval()
     at = datetime(2031, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC)
     base = notifier_module.default_notifier()
-    notifier = notifier_module.ApprovalNotifier(base.store, env.ddb, boto3.client("sns"), base.topic_arn, lambda: at)
+    notifier = notifier_module.ApprovalNotifier(base.store, boto3.client("sns"), base.topic_arn, lambda: at)
     assert notifier.notify(approval_id) is notifier_module.Outcome.PUBLISHED
     assert notifier.notify(approval_id) is notifier_module.Outcome.ALREADY_NOTIFIED
     assert env.approval(approval_id)["notified_at"] == "2031-05-06T07:08:09.123Z"
+    assert "notify_claim_until" not in env.approval(approval_id)
     assert len(env.notifications()) == 1
     assert env.approval(approval_id)["status"] == "PENDING"  # notifying decides nothing
+
+
+# ------------------------------------------------------------------ at-least-once (a crash mid-way)
+
+
+class Died(BaseException):
+    """The process ending mid-call (a Lambda timeout or crash): no ``except Exception`` runs after it."""
+
+
+class DiesOnPublish:
+    def publish(self, **_: Any) -> None:
+        raise Died("killed during the SNS publish")
+
+
+@dataclass
+class FakeClock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def notifier_at(env: Env, clock: FakeClock, sns: Any = None) -> notifier_module.ApprovalNotifier:
+    base = notifier_module.default_notifier()
+    return notifier_module.ApprovalNotifier(base.store, sns or boto3.client("sns"), base.topic_arn, clock)
+
+
+def crash_after_the_claim(env: Env, created: datetime) -> tuple[str, FakeClock]:
+    """A PENDING approval whose notifier claimed it at ``created + 5 min`` and died in the publish."""
+    approval_id = env.pending_approval(created_at=created)
+    clock = FakeClock(created + timedelta(minutes=5))
+    with pytest.raises(Died):
+        notifier_at(env, clock, DiesOnPublish()).notify(approval_id)
+    assert env.notifications() == []
+    return approval_id, clock
+
+
+def test_the_claim_outlives_the_function_and_expires_within_the_visibility_timeout(env: Env) -> None:
+    """A live holder keeps its claim until its Timeout; a dead one's redelivery finds it expired."""
+    resources = env.stack.template["Resources"]
+    timeout = int(resources["ApprovalNotifierFunction"]["Properties"]["Timeout"])
+    visibility = int(resources["ApprovalQueue"]["Properties"]["VisibilityTimeout"])
+    assert timeout < notifier_module.CLAIM_SECONDS < visibility
+
+
+def test_a_redelivery_after_a_crash_between_claim_and_publish_publishes_once(env: Env) -> None:
+    approval_id, clock = crash_after_the_claim(env, datetime(2030, 4, 1, 9, 0, tzinfo=UTC))
+
+    # A redelivery while the claim is live is suppressed: its holder may still be publishing.
+    clock.now += timedelta(seconds=notifier_module.CLAIM_SECONDS - 1)
+    assert notifier_at(env, clock).notify(approval_id) is notifier_module.Outcome.CLAIMED_ELSEWHERE
+    assert env.notifications() == []
+
+    # The crashed record comes back after the visibility timeout, past the claim: it publishes.
+    clock.now += timedelta(seconds=2)
+    assert notifier_at(env, clock).notify(approval_id) is notifier_module.Outcome.PUBLISHED
+    assert notifier_at(env, clock).notify(approval_id) is notifier_module.Outcome.ALREADY_NOTIFIED
+    assert [n["message"]["approvalId"] for n in env.notifications()] == [approval_id]
+    approval = env.approval(approval_id)
+    assert approval["notified_at"] == iso(clock.now) and "notify_claim_until" not in approval
+
+
+def test_the_sweep_re_enqueues_an_approval_whose_claim_expired_unpublished(env: Env) -> None:
+    # In the past, so that the deployed handler (real clock) finds the claim expired.
+    created = datetime.now(UTC) - timedelta(hours=1)
+    approval_id, clock = crash_after_the_claim(env, created)
+    settings = get_settings()
+
+    def sweep(at: datetime) -> list[str]:
+        """Run the sweep at ``at``; the approval ids now on the queue (other tests' approvals too)."""
+        ApprovalSweeper(
+            notifier_module.default_notifier().store,
+            env.ddb,
+            env.sqs,
+            env.queue_url,
+            settings.approval_ttl_hours,
+            settings.renotify_after_seconds,
+            clock=lambda: at,
+        ).run()
+        return [json.loads(r["body"])["approvalId"] for r in env.receive()]
+
+    assert approval_id not in sweep(clock.now + timedelta(seconds=60))  # a live claim: someone may be publishing
+    assert sweep(clock.now + timedelta(seconds=notifier_module.CLAIM_SECONDS + 1)).count(approval_id) == 1
+    env.drain()  # the deployed handler, as the event source mapping runs it
+    mine = [n for n in env.notifications() if n["message"]["approvalId"] == approval_id]
+    assert len(mine) == 1
+    assert env.approval(approval_id)["notified_at"]
+    assert approval_id not in sweep(clock.now + timedelta(hours=1))  # notified: never again

@@ -1,4 +1,5 @@
-"""ApprovalSweepFunction on the template deployed into moto: stale approvals expire, un-notified ones are re-sent.
+"""ApprovalSweepFunction on the template deployed into moto: stale approvals expire, un-notified ones are
+re-sent, and APPROVED ones whose RefundFlow never started get it started (RefundFlow runs for real).
 
 Approvals are written by the refund tool's own writer (PENDING + the amount reserved on the
 order, one transaction) with ``created_at`` placed in the past; the sweeper runs on a fixed clock.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,13 +19,16 @@ import boto3
 import pytest
 
 from devstack.stack import Stack
+from support_agent import observability as obs
 from support_agent import wiring
 from support_agent.approvals import sweep as sweep_module
+from support_agent.approvals.flow import start_flow
 from support_agent.approvals.notifier import iso
 from support_agent.config import get_settings
 from support_agent.store.approvals import ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.customer_data import CustomerDataStore
+from support_agent.store.dynamo import to_item, to_values
 from tests.integration.conftest import BASE_ENV, load_handler
 from tests.support.approvals import put_pending_approval
 
@@ -57,16 +62,53 @@ class Env:
             settings.approval_ttl_hours,
             settings.renotify_after_seconds,
             clock=lambda: now,
-            **kw,
+            **{"sfn": self.sfn, "state_machine_arn": settings.refund_flow_arn, **kw},
         )
+
+    @property
+    def sfn(self) -> Any:
+        return boto3.client("stepfunctions")
 
     def pending_approval(self, created_at: datetime, amount_cents: int = 18_900, notified: bool = False) -> str:
         approval_id = put_pending_approval(
             self.ddb, self.env, CUSTOMER, next(_order_ids), amount_cents, iso(created_at), "never arrived"
         )
         if notified:
-            assert self.store.claim_notification(approval_id, iso(created_at + timedelta(seconds=1)))
+            self.store.mark_notified(approval_id, iso(created_at + timedelta(seconds=1)))
         return approval_id
+
+    def approved_approval(self, approved_at: datetime) -> str:
+        """APPROVED by a lead whose request died before StartExecution: no execution exists."""
+        approval_id = self.pending_approval(approved_at - timedelta(hours=2), notified=True)
+        self.store.approve(approval_id, "lead-1", iso(approved_at))
+        return approval_id
+
+    def executions(self, approval_id: str) -> list[dict[str, Any]]:
+        """RefundFlow executions of this approval (``<id>``, ``<id>-r<n>``)."""
+        arn = self.env["REFUND_FLOW_ARN"]
+        listed = self.sfn.list_executions(stateMachineArn=arn, maxResults=1000)["executions"]
+        return [e for e in listed if e["name"].startswith(approval_id)]
+
+    def settled(self, approval_id: str, seconds: float = 20) -> dict[str, Any]:
+        """The approval once none of its executions runs any more."""
+        until = time.monotonic() + seconds
+        while any(e["status"] == "RUNNING" for e in self.executions(approval_id)):
+            assert time.monotonic() < until, "RefundFlow still running"
+            time.sleep(0.05)
+        return self.approval(approval_id)
+
+    def break_reservation(self, approval_id: str) -> None:
+        """The order changed underneath: RefundFlow's transaction is cancelled until it is put back."""
+        self.set_reserved(approval_id, 0)
+
+    def set_reserved(self, approval_id: str, reserved: int) -> None:
+        total = int(self.order(approval_id)["total_cents"])
+        self.ddb.update_item(
+            TableName=self.env["CUSTOMER_DATA_TABLE"],
+            Key=to_item({"customer_id": CUSTOMER, "sk": f"ORDER#{self.approval(approval_id)['order_id']}"}),
+            UpdateExpression="SET reserved_cents = :r, available_cents = :a",
+            ExpressionAttributeValues=to_values({":r": reserved, ":a": total - reserved}),
+        )
 
     def approval(self, approval_id: str) -> dict[str, Any]:
         item = self.store.get(approval_id)
@@ -204,7 +246,15 @@ def test_the_scheduled_handler_sweeps_with_the_stack_settings(env: Env) -> None:
 
     out = handler(event, None)
 
-    assert out == {"scanned": 2, "expired": 1, "requeued": 1, "conflicts": 0, "errors": 0, "truncated": False}
+    assert out == {
+        "scanned": 2,
+        "expired": 1,
+        "requeued": 1,
+        "conflicts": 0,
+        "errors": 0,
+        "truncated": False,
+        "flows_started": 0,
+    }
     assert env.approval(stale)["status"] == "EXPIRED"
     assert env.queued() == [{"approvalId": lost}]
 
@@ -231,3 +281,85 @@ def test_a_failure_on_one_approval_does_not_stop_the_others_but_fails_the_run(en
     assert env.approval(stale)["status"] == "EXPIRED"
     assert len(env.queued()) == 1
     assert all(env.approval(a)["status"] == "PENDING" for a in lost)
+
+
+# ------------------------------------------------------------------ APPROVED, RefundFlow never started
+
+
+def test_the_function_may_start_refund_flow(env: Env) -> None:
+    assert env.env["REFUND_FLOW_ARN"] == env.stack.state_machine_arn("RefundFlow")
+
+
+def test_an_approved_approval_whose_flow_never_started_is_started_after_the_grace(env: Env) -> None:
+    lost = env.approved_approval(NOW - timedelta(minutes=3))
+    in_flight = env.approved_approval(NOW - timedelta(seconds=30))  # its lead's request may still start it
+
+    result = env.sweeper().run()
+
+    assert result.flows_started == 1
+    assert [e["name"] for e in env.executions(lost)] == [lost]
+    assert env.executions(in_flight) == []
+    approval = env.settled(lost)
+    assert approval["status"] == "REFUNDED"
+    order = env.order(lost)
+    assert (order["available_cents"], order["reserved_cents"], order["refunded_cents"]) == (0, 0, 18_900)
+    # The next run finds nothing to start for it (REFUNDED), and the name would refuse a second run anyway.
+    assert env.sweeper(now=NOW + timedelta(minutes=15)).run().flows_started == 1  # only in_flight, now past grace
+    assert [e["name"] for e in env.executions(lost)] == [lost]
+    assert env.settled(in_flight)["status"] == "REFUNDED"
+
+
+def test_a_retry_whose_flow_never_started_is_started_under_its_retry_name(env: Env) -> None:
+    approval_id = env.approved_approval(NOW - timedelta(hours=1))
+    env.break_reservation(approval_id)
+    assert start_flow(env.sfn, get_settings().refund_flow_arn, approval_id)
+    assert env.settled(approval_id)["status"] == "FAILED"
+    env.set_reserved(approval_id, 18_900)
+    env.store.mark_retry(approval_id, "lead-1", iso(NOW - timedelta(minutes=5)))  # then the lead's request died
+
+    assert env.sweeper().run().flows_started == 1
+
+    assert env.settled(approval_id)["status"] == "REFUNDED"
+    assert sorted(e["name"] for e in env.executions(approval_id)) == [approval_id, f"{approval_id}-r1"]
+    assert env.order(approval_id)["refunded_cents"] == 18_900
+
+
+def test_the_sweep_never_starts_a_second_execution_of_a_running_flow(env: Env) -> None:
+    approval_id = env.approved_approval(NOW - timedelta(minutes=10))
+    env.break_reservation(approval_id)  # the flow waits and retries for ~3 s before it fails
+    assert start_flow(env.sfn, get_settings().refund_flow_arn, approval_id)
+    assert [e["status"] for e in env.executions(approval_id)] == ["RUNNING"]
+
+    result = env.sweeper().run()
+
+    assert (result.flows_started, result.errors) == (0, 0)
+    assert [e["status"] for e in env.executions(approval_id)] == ["RUNNING"]
+    assert env.settled(approval_id)["status"] == "FAILED"
+    assert len(env.executions(approval_id)) == 1
+
+
+def test_an_approved_approval_no_start_can_settle_is_left_to_the_alarm(env: Env) -> None:
+    """Its execution ended without settling it (here: started before the approval): the name is
+    taken, so the sweep cannot start another; the oldest APPROVED age reports it."""
+    approval_id = env.pending_approval(NOW - timedelta(hours=2), notified=True)
+    assert start_flow(env.sfn, get_settings().refund_flow_arn, approval_id)
+    assert env.settled(approval_id)["status"] == "PENDING"  # the flow failed: ApprovalNotApproved
+    env.store.approve(approval_id, "lead-1", iso(NOW - timedelta(minutes=40)))
+    obs.metrics.clear_metrics()
+
+    result = env.sweeper().run()
+
+    assert (result.flows_started, result.errors) == (0, 0)
+    assert env.approval(approval_id)["status"] == "APPROVED"
+    assert [e["status"] for e in env.executions(approval_id)] == ["FAILED"]
+    emitted = {name: list(m["Value"]) for name, m in obs.metrics.metric_set.items()}
+    assert emitted[obs.OLDEST_APPROVED_APPROVAL_AGE] == [40 * 60]
+    obs.metrics.clear_metrics()
+
+
+def test_no_approved_approval_reports_age_zero(env: Env) -> None:
+    env.pending_approval(NOW - timedelta(hours=1), notified=True)
+    obs.metrics.clear_metrics()
+    env.sweeper().run()
+    assert obs.metrics.metric_set[obs.OLDEST_APPROVED_APPROVAL_AGE]["Value"] == [0]
+    obs.metrics.clear_metrics()

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+import pytest
+from botocore.exceptions import ClientError
 
+from support_agent import wiring
+from support_agent.approvals.notifier import iso
+from support_agent.approvals.sweep import ApprovalSweeper, SweepResult
+from support_agent.config import load_settings
+from support_agent.store.approvals import ApprovalStore
 from tests.integration.conftest import Api
+from tests.support.aws import serialised_moto
 from tests.support.scripted import answer, tool_use, tools
 
 
@@ -126,10 +135,11 @@ def test_ten_concurrent_approves_one_refund_no_5xx(api: Api) -> None:
             statuses.append(status)
 
     threads = [threading.Thread(target=approve) for _ in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    with serialised_moto():  # moto is not atomic per request as DynamoDB is; our code still races freely
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
     assert len(statuses) == 10 and all(s in (200, 202) for s in statuses), statuses
     assert wait_status(api, approval_id, "REFUNDED")["status"] == "REFUNDED"
     assert refund_rows(api, 7, approval_id) == 1
@@ -231,6 +241,21 @@ def test_release_a_failed_refund(api: Api) -> None:
     assert api.call("POST", f"/api/approvals/{approval_id}/retry", token=api.lead())[0] == 409
 
 
+def test_release_when_the_order_lost_its_reservation_is_a_409_not_a_500(api: Api) -> None:
+    """Found by the browser test: the order's condition failing in the release transaction escaped as a 500."""
+    put_order(api, 8, 2998, 9000)
+    approval_id, _ = raise_approval(api, 2998, 9000, customer=8)
+    break_reservation(api, 8, 2998, 9000)
+    api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+    assert wait_status(api, approval_id, "FAILED", 20)["status"] == "FAILED"
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/release", token=api.lead())
+    assert status == 409, body
+    assert body["error"]["code"] == "conflict" and "reserv" in body["error"]["message"], body
+    assert api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())[1]["status"] == "FAILED"
+    o = order(api, 2998, 8)
+    assert (o["available_cents"], o["reserved_cents"], o["refunded_cents"]) == (9000, 0, 0)  # nothing moved
+
+
 def test_handoffs_listed_and_closed_by_leads(api: Api) -> None:
     api.model.script = [tools(tool_use("escalate_to_human", {"reason": "wants a person"})), answer("ok")]
     _, body, _ = api.call("POST", "/api/chat", {"message": "a human please"})
@@ -250,3 +275,120 @@ def test_audit_needs_exactly_one_filter(api: Api) -> None:
     assert api.call("GET", "/api/audit", token=api.lead())[0] == 400
     assert api.call("GET", "/api/audit?conversationId=x&customerId=7", token=api.lead())[0] == 400
     assert api.call("GET", "/api/audit?customerId=7")[0] == 403
+
+
+# ------------------------------------------------------------------ StartExecution failing, the TTL
+
+
+def sweep(api: Api, at: datetime) -> SweepResult:
+    """The sweep with ApprovalSweepFunction's deployed settings, its clock at ``at``."""
+    cfg = load_settings(api.stack.function_env("ApprovalSweepFunction"))
+    ddb = boto3.client("dynamodb")
+    return ApprovalSweeper(
+        ApprovalStore(ddb, cfg.approvals_table, cfg.customer_data_table, cfg.audit_table),
+        ddb,
+        boto3.client("sqs"),
+        cfg.approval_queue_url,
+        cfg.approval_ttl_hours,
+        cfg.renotify_after_seconds,
+        clock=lambda: at,
+        sfn=boto3.client("stepfunctions"),
+        state_machine_arn=cfg.refund_flow_arn,
+    ).run()
+
+
+def executions(api: Api, approval_id: str) -> list[str]:
+    arn = api.stack.function_env("ApprovalsFunction")["REFUND_FLOW_ARN"]
+    listed = boto3.client("stepfunctions").list_executions(stateMachineArn=arn, maxResults=1000)["executions"]
+    return [e["name"] for e in listed if e["name"].startswith(approval_id)]
+
+
+def test_approve_when_start_execution_is_throttled_answers_202_and_the_sweep_starts_the_flow(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put_order(api, 7, 1996, 16000)
+    approval_id, _ = raise_approval(api, 1996, 16000)
+    throttled: list[str] = []
+
+    def throttle_once(**kwargs: Any) -> None:
+        if not throttled:
+            throttled.append(kwargs["params"]["name"])
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "StartExecution")
+
+    real_client = boto3.client
+
+    def client(*args: Any, **kwargs: Any) -> Any:
+        made = real_client(*args, **kwargs)
+        if (args[0] if args else kwargs.get("service_name")) == "stepfunctions":
+            made.meta.events.register("before-parameter-build.sfn.StartExecution", throttle_once)
+        return made
+
+    monkeypatch.setattr(boto3, "client", client)
+    api.use_function("ApprovalsFunction")
+    wiring.reset()
+
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+
+    # The decision stands; the refund starts later: 202 with the approval, never a bare 500.
+    assert throttled == [approval_id]
+    assert (status, body["status"], body["decidedBy"]) == (202, "APPROVED", "lead-1"), body
+    assert executions(api, approval_id) == []
+    assert order(api, 1996)["reserved_cents"] == 16000
+    # Within the grace the sweep leaves it to the lead's request; past it, the sweep starts the flow.
+    assert sweep(api, datetime.now(UTC)).flows_started == 0
+    assert sweep(api, datetime.now(UTC) + timedelta(minutes=3)).flows_started == 1
+    assert wait_status(api, approval_id, "REFUNDED")["status"] == "REFUNDED"
+    assert sweep(api, datetime.now(UTC) + timedelta(minutes=20)).flows_started == 0
+    # Exactly once: one execution, one refund row, the money moved once.
+    assert executions(api, approval_id) == [approval_id]
+    assert refund_rows(api, 7, approval_id) == 1
+    o = order(api, 1996)
+    invariant(o)
+    assert (o["reserved_cents"], o["refunded_cents"]) == (0, 16000)
+
+
+def test_an_approval_past_its_ttl_cannot_be_approved_even_before_the_sweep(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put_order(api, 7, 1997, 16000)
+    approval_id, _ = raise_approval(api, 1997, 16000)
+    _, pending, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
+    created = datetime.fromisoformat(pending["createdAt"].replace("Z", "+00:00"))
+    ttl = timedelta(hours=int(api.stack.function_env("ApprovalsFunction")["APPROVAL_TTL_HOURS"]))
+    expired_at = created + ttl + timedelta(milliseconds=1)
+    monkeypatch.setattr(wiring, "utc_now", lambda: iso(expired_at))  # the lead function's clock
+    api.use_function("ApprovalsFunction")
+    wiring.reset()
+
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+
+    assert status == 409, body
+    assert body["error"]["code"] == "conflict" and "expired" in body["error"]["message"]
+    _, after, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
+    assert (after["status"], after["decidedBy"]) == ("PENDING", None)
+    assert order(api, 1997)["reserved_cents"] == 16000  # still reserved: expiry is the sweep's
+    assert executions(api, approval_id) == []
+
+    sweep(api, expired_at)
+
+    _, swept, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
+    assert swept["status"] == "EXPIRED"
+    o = order(api, 1997)
+    invariant(o)
+    assert (o["available_cents"], o["reserved_cents"], o["refunded_cents"]) == (16000, 0, 0)
+
+
+def test_an_approval_at_the_edge_of_its_ttl_can_still_be_approved(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    put_order(api, 7, 1995, 16000)
+    approval_id, _ = raise_approval(api, 1995, 16000)
+    _, pending, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
+    created = datetime.fromisoformat(pending["createdAt"].replace("Z", "+00:00"))
+    ttl = timedelta(hours=int(api.stack.function_env("ApprovalsFunction")["APPROVAL_TTL_HOURS"]))
+    monkeypatch.setattr(wiring, "utc_now", lambda: iso(created + ttl))  # the sweep would not expire it yet
+    api.use_function("ApprovalsFunction")
+    wiring.reset()
+
+    status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())
+
+    assert status in (200, 202), body
+    assert wait_status(api, approval_id, "REFUNDED")["status"] == "REFUNDED"

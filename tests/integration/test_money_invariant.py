@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import time
+from datetime import UTC, datetime
 
 import boto3
 from hypothesis import HealthCheck, settings
@@ -26,6 +27,11 @@ from support_agent.store.approvals import StateConflict
 from support_agent.store.dynamo import to_item
 from support_agent.tools.registry import ToolContext
 from support_agent.wiring import build_lead_services, build_registry
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
 
 ORDER_IDS = itertools.count(50_000)
 TOTAL = 12_000
@@ -84,7 +90,7 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
                 n,
                 f"toolu_{n}",
                 "req",
-                "2026-12-02T00:00:00.000Z",
+                _now(),  # the real clock: approve refuses approvals older than their TTL
             )
             out = registry.execute(
                 "request_refund", {"order_id": self.order_id, "amount_cents": amount, "reason": "property"}, ctx
@@ -116,9 +122,7 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
         def expire(self, data: st.DataObject) -> None:
             if (aid := self._pick(data)) is not None:
                 with contextlib.suppress(StateConflict):
-                    lead.approvals.release(
-                        aid, "PENDING", "EXPIRED", "system:sweep", "approval_expired", "2026-12-09T00:00:00.000Z"
-                    )
+                    lead.approvals.release(aid, "PENDING", "EXPIRED", "system:sweep", "approval_expired", _now())
 
         @rule(data=st.data())
         def replay(self, data: st.DataObject) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 # The template deployed into moto and its API Gateway v2 driver (module-scoped `stack`, function-scoped `api`).
 from tests.integration.conftest import api, stack  # noqa: F401
+from tests.support.aws import serialised_moto
 
 RELIABILITY_DIR = Path(__file__).resolve().parent
 # RELIABILITY_NO_SHRINK=1 reports the first failing example as found (shrinking a turn-level failure is slow).
@@ -64,26 +64,8 @@ def _quiet_logs() -> Iterator[None]:
 
 @pytest.fixture
 def atomic_moto() -> Iterator[None]:
-    """Serialise moto's request handling: one AWS API call at a time, as DynamoDB applies each atomically.
-
-    moto checks a condition and then writes in plain Python, so two threads can both pass the same check;
-    real DynamoDB never lets them. With each call atomic, our code still runs truly concurrently (threads
-    interleave between calls), which is exactly the race surface the product has on AWS.
-    """
-    from moto.core.botocore_stubber import BotocoreStubber
-
-    lock = threading.RLock()
-    original = BotocoreStubber.process_request
-
-    def atomic(self: BotocoreStubber, request: Any) -> Any:
-        with lock:
-            return original(self, request)
-
-    BotocoreStubber.process_request = atomic  # type: ignore[method-assign]
-    try:
+    with serialised_moto():
         yield
-    finally:
-        BotocoreStubber.process_request = original  # type: ignore[method-assign]
 
 
 # -- the whole local stack over HTTP (property 6 and 9) ------------------------------------------------------

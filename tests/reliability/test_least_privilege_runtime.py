@@ -334,7 +334,9 @@ def test_notifier_and_sweep_under_their_own_roles(
     fresh = _approval(stack, "PENDING", datetime.now(UTC).isoformat())
     old = (datetime.now(UTC) - timedelta(hours=200)).isoformat()
     _approval(stack, "PENDING", old)  # for the sweep to expire
-    _approval(stack, "PENDING", (datetime.now(UTC) - timedelta(hours=1)).isoformat())  # never notified
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    _approval(stack, "PENDING", hour_ago)  # never notified
+    _approval(stack, "APPROVED", hour_ago, decided_by="lead-1", decided_at=hour_ago)  # its flow never started
     for function, event in [
         ("ApprovalNotifierFunction", {"Records": [_sqs_record(fresh)]}),
         ("ApprovalSweepFunction", {"source": "aws.scheduler"}),
@@ -345,7 +347,8 @@ def test_notifier_and_sweep_under_their_own_roles(
             if function == "ApprovalNotifierFunction":
                 assert out == {"batchItemFailures": []}, out
             else:
-                assert out["expired"] >= 1 and out["requeued"] >= 1 and out["errors"] == 0, out
+                assert out["expired"] >= 1 and out["requeued"] >= 1 and out["flows_started"] >= 1, out
+                assert out["errors"] == 0, out
             used = set(recorder.pairs)
             refused = _backend_refusals(stack, function)
         assert all(refused.values()), (function, refused)
@@ -353,7 +356,7 @@ def test_notifier_and_sweep_under_their_own_roles(
 
 
 def _backend_refusals(stack: Stack, function: str) -> dict[str, bool]:
-    """What neither back-end function may do: delete orders, start RefundFlow; the notifier: write orders.
+    """What neither back-end function may do: delete orders; the notifier: write orders, start RefundFlow.
 
     (The sweep may PutItem audit rows, and moto judges every PutItem against ``*``: that it cannot put
     orders is the static evaluator's to prove.)
@@ -366,10 +369,17 @@ def _backend_refusals(stack: Stack, function: str) -> dict[str, bool]:
         "DeleteItem": denied(
             lambda: ddb.delete_item(TableName=orders, Key=to_item({"customer_id": 7, "sk": "ORDER#1"}))
         ),
-        "StartExecution": denied(
-            lambda: boto3.client("stepfunctions").start_execution(
-                stateMachineArn=stack.physical_ids["RefundFlow"], name="x", input="{}"
-            )
+        # The sweep starts the flows of approvals whose StartExecution failed; the notifier never may.
+        **(
+            {}
+            if function == "ApprovalSweepFunction"
+            else {
+                "StartExecution": denied(
+                    lambda: boto3.client("stepfunctions").start_execution(
+                        stateMachineArn=stack.physical_ids["RefundFlow"], name="x", input="{}"
+                    )
+                )
+            }
         ),
     }
 

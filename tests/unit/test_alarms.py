@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from devstack.stack import load_template, translate
+from devstack.stack import REPO_ROOT, load_template, translate
 from support_agent import observability as obs
+from support_agent.approvals.sweep import START_GRACE_SECONDS
 
 OPS = {"Ref": "OpsTopic"}
 FUNCTIONS = ("ChatFunction", "ApprovalsFunction", "ApprovalNotifierFunction", "ApprovalSweepFunction")
@@ -49,6 +50,7 @@ EMITTED_BY = {
     obs.REFUND_RETRIES: "approvals",
     obs.APPROVALS_EXPIRED: "approval_sweep",
     obs.OLDEST_PENDING_APPROVAL_AGE: "approval_sweep",
+    obs.OLDEST_APPROVED_APPROVAL_AGE: "approval_sweep",
 }
 
 # name -> (namespace, metric, dimensions, statistic, period, threshold, comparison, evaluation periods)
@@ -81,6 +83,17 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         300,
         3,
         "GreaterThanOrEqualToThreshold",
+        1,
+    ),
+    # An APPROVED approval unsettled for 30 min: the sweep (every 15 min, 2 min grace) failed to start it.
+    "ApprovedRefundStuckAlarm": (
+        "SupportAgent",
+        obs.OLDEST_APPROVED_APPROVAL_AGE,
+        [{"Name": "service", "Value": "approval_sweep"}],
+        "Maximum",
+        900,
+        1800,
+        "GreaterThanThreshold",
         1,
     ),
     **{
@@ -191,6 +204,33 @@ def test_pending_too_long_alarm_watches_the_sweeps_metric_in_hours(sam: dict[str
     assert param["Default"] < sam["Parameters"]["ApprovalTtlHours"]["Default"]
 
 
+def test_every_runbook_link_has_its_section() -> None:
+    """Each alarm's ``docs/OPERATIONS.md#anchor`` names a heading there (GitHub's anchor rules)."""
+    text = (REPO_ROOT / "docs" / "OPERATIONS.md").read_text()
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in text.splitlines()
+        if line.startswith("#")
+    }
+    linked = {
+        m.group(1)
+        for alarm in alarms(translate(load_template())).values()
+        for m in [re.search(r"docs/OPERATIONS\.md#([a-z0-9-]+)", alarm["AlarmDescription"])]
+        if m
+    }
+    assert "approvedrefundstuckalarm" in linked
+    assert linked <= anchors, linked - anchors
+
+
+def test_approved_stuck_alarm_leaves_the_sweep_time_to_start_the_flow(sam: dict[str, Any]) -> None:
+    """It fires only once a sweep run past the grace could have started a flow that never started."""
+    alarm = sam["Resources"]["ApprovedRefundStuckAlarm"]["Properties"]
+    schedule = sam["Resources"]["ApprovalSweepFunction"]["Properties"]["Events"]["Sweep"]["Properties"]["Schedule"]
+    assert schedule == "rate(15 minutes)"
+    assert alarm["Threshold"] > START_GRACE_SECONDS + 15 * 60
+    assert obs.METRICS[obs.OLDEST_APPROVED_APPROVAL_AGE] == "Seconds"
+
+
 def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> None:
     services = {fn: service_of(cfn, fn) for fn in FUNCTIONS}
     assert set(EMITTED_BY.values()) <= set(services.values())
@@ -204,7 +244,7 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             assert spec["MetricName"] in obs.METRICS
             assert spec["Dimensions"] == [{"Name": "service", "Value": EMITTED_BY[spec["MetricName"]]}]
             checked += 1
-    assert checked == 2  # LlmUnavailable and OldestPendingApprovalAge
+    assert checked == 3  # LlmUnavailable, OldestPendingApprovalAge and OldestApprovedApprovalAge
 
 
 def test_namespace_matches_the_functions_environment(sam: dict[str, Any]) -> None:

@@ -74,6 +74,8 @@ APPROVALS_RELEASED = "ApprovalsReleased"
 REFUND_RETRIES = "RefundRetries"
 REFUNDS_COMPLETED = "RefundsCompleted"  # direct refunds; approved ones are RefundFlow's ExecutionsSucceeded
 OLDEST_PENDING_APPROVAL_AGE = "OldestPendingApprovalAge"
+# Seconds since the oldest APPROVED approval was approved (or retried): its refund never settled.
+OLDEST_APPROVED_APPROVAL_AGE = "OldestApprovedApprovalAge"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -98,6 +100,7 @@ METRICS: dict[str, str] = {
     REFUND_RETRIES: MetricUnit.Count.value,
     REFUNDS_COMPLETED: MetricUnit.Count.value,
     OLDEST_PENDING_APPROVAL_AGE: MetricUnit.Seconds.value,
+    OLDEST_APPROVED_APPROVAL_AGE: MetricUnit.Seconds.value,
 }
 
 

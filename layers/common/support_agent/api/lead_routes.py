@@ -62,7 +62,10 @@ def _answer(decision: Decision) -> Response[dict[str, Any]]:
     return Response(200 if decision.done else 202, JSON, approval_view(decision.approval))
 
 
-_DECIDED = {202: "Accepted: RefundFlow still runs; poll GET /api/approvals/{approvalId}"}
+_DECIDED = {
+    202: "Accepted: RefundFlow still runs, or could not be started yet and the sweep starts it within minutes; "
+    "poll GET /api/approvals/{approvalId}"
+}
 _LEAD = ["support lead"]
 
 
@@ -95,7 +98,11 @@ def get_approval(approval_id: str) -> dict[str, Any]:
 @router.post(
     "/api/approvals/<approval_id>/approve",
     summary="Approve a PENDING refund and run RefundFlow",
-    description="200 when the refund finished (REFUNDED or FAILED) within APPROVAL_WAIT_SECONDS, 202 while it runs.",
+    description=(
+        "200 when the refund finished (REFUNDED or FAILED) within APPROVAL_WAIT_SECONDS, 202 (APPROVED) while it "
+        "runs or when it could not be started (the sweep starts it). 409 when it is not PENDING, or was created "
+        "more than APPROVAL_TTL_HOURS ago (expired, even before the sweep marks it EXPIRED)."
+    ),
     responses=responses(Approval, 401, 403, 404, 409, also=_DECIDED),
     tags=_LEAD,
 )

@@ -1,26 +1,34 @@
 """A lead's decisions on an approval, and starting RefundFlow for the approved ones.
 
-The database conditions are the guard: approving twice, approving what was rejected, or ten
-leads clicking at once each either win the conditional transition or see the state that did.
-Starting the execution is idempotent by its name (the approval id, ``<id>-r<n>`` for a retry).
+The database conditions are the guard: approving twice, approving what was rejected, approving
+one older than the TTL (even before the sweep expired it), or ten leads clicking at once each
+either win the conditional transition or see the state that did. Starting the execution is
+idempotent by its name (the approval id, ``<id>-r<n>`` for a retry).
+
+If ``StartExecution`` fails once the approval is APPROVED, the decision stands (it is recorded,
+with its audit row) and the answer is 202 with the APPROVED approval, as for a flow still running:
+the sweep starts the flow after its grace period, and an alarm watches APPROVED approvals that stay
+so. A 503 would tell the lead to decide again for a decision already made.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from support_agent import observability as obs
-from support_agent.approvals.flow import execution_name, flow_input
+from support_agent.approvals.flow import start_flow
 from support_agent.errors import Conflict, NotFound
 from support_agent.ids import APPROVAL_ID
-from support_agent.store.approvals import ApprovalStore, StateConflict
-from support_agent.store.dynamo import error_code
+from support_agent.store.approvals import ApprovalStore, ReservationMissing, StateConflict
+
+logger = logging.getLogger(__name__)
 
 FINAL = ("REFUNDED", "FAILED")
 
@@ -41,7 +49,9 @@ class ApprovalDecisions:
         now: Callable[[], str],
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        ttl: timedelta | None = None,
     ) -> None:
+        """``now`` gives the ISO-8601 time of decisions; ``ttl`` (APPROVAL_TTL_HOURS) bounds approve."""
         self.store = store
         self._sfn = sfn
         self._arn = state_machine_arn
@@ -49,6 +59,7 @@ class ApprovalDecisions:
         self._now = now
         self._sleep = sleep
         self._clock = clock
+        self._ttl = ttl
 
     def get(self, approval_id: str) -> dict[str, Any]:
         approval = self.store.get(approval_id) if APPROVAL_ID.match(approval_id) else None
@@ -58,16 +69,15 @@ class ApprovalDecisions:
             raise NotFound("approval not found")
         return approval
 
-    def _start(self, approval_id: str, retry: int = 0) -> None:
+    def _start_and_await(self, approval_id: str, retry: int = 0) -> Decision:
+        """Start the attempt (a repeat is a no-op) and wait for it; 202 with the approval if the start fails."""
         try:
-            self._sfn.start_execution(
-                stateMachineArn=self._arn,
-                name=execution_name(approval_id, retry),
-                input=json.dumps(flow_input(approval_id)),
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ExecutionAlreadyExists":  # a repeat: the first start stands
-                raise
+            start_flow(self._sfn, self._arn, approval_id, retry)
+        except (ClientError, BotoCoreError):
+            # Throttled, timed out, unreachable: the approval is APPROVED and the sweep owns it now.
+            logger.exception("could not start RefundFlow; the sweep will", extra={"approval_id": approval_id})
+            return Decision(self.get(approval_id), False)
+        return self._await(approval_id)
 
     def _await(self, approval_id: str) -> Decision:
         until = self._clock() + self._wait
@@ -81,21 +91,29 @@ class ApprovalDecisions:
 
     def approve(self, approval_id: str, lead: str) -> Decision:
         self.get(approval_id)
+        now = self._now()
         try:
-            self.store.approve(approval_id, lead, self._now())
+            self.store.approve(approval_id, lead, now, self._not_created_before(now))
         except StateConflict as exc:
             status = (exc.current or {}).get("status")
             if status in ("REFUNDED", "FAILED"):
                 return Decision(self.get(approval_id), True)
+            if status == "PENDING" and self._ttl is not None:  # still PENDING: the TTL condition refused it
+                hours = int(self._ttl.total_seconds() // 3600)
+                raise Conflict(f"approval expired: it was not decided within {hours} hours") from None
             if status != "APPROVED":
                 raise Conflict(f"approval is {status}; it cannot be approved") from None
             # Approved before (perhaps by a request that died before starting the flow): ensure it runs.
-            retries = int((exc.current or {}).get("retries", 0))
-            self._start(approval_id, retries)
-            return self._await(approval_id)
+            return self._start_and_await(approval_id, int((exc.current or {}).get("retries", 0)))
         obs.emit(obs.APPROVALS_APPROVED)
-        self._start(approval_id)
-        return self._await(approval_id)
+        return self._start_and_await(approval_id)
+
+    def _not_created_before(self, now: str) -> str | None:
+        """The oldest ``created_at`` still approvable: what the sweep would not yet expire."""
+        if self._ttl is None:
+            return None
+        moment = datetime.fromisoformat(now.replace("Z", "+00:00")) - self._ttl
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def reject(self, approval_id: str, lead: str, reason: str | None) -> Decision:
         self.get(approval_id)
@@ -108,6 +126,8 @@ class ApprovalDecisions:
             if status == "REJECTED":
                 return Decision(self.get(approval_id), True)
             raise Conflict(f"approval is {status}; it cannot be rejected") from None
+        except ReservationMissing as exc:
+            raise _reservation_conflict(exc) from None
         obs.emit(obs.APPROVALS_REJECTED)
         return Decision(approval, True)
 
@@ -119,8 +139,7 @@ class ApprovalDecisions:
             status = (exc.current or {}).get("status")
             raise Conflict(f"approval is {status}; only a FAILED refund can be retried") from None
         obs.emit(obs.REFUND_RETRIES)
-        self._start(approval_id, int(approval.get("retries", 1)))
-        return self._await(approval_id)
+        return self._start_and_await(approval_id, int(approval.get("retries", 1)))
 
     def release(self, approval_id: str, lead: str) -> Decision:
         self.get(approval_id)
@@ -131,8 +150,19 @@ class ApprovalDecisions:
             if status == "RELEASED":
                 return Decision(self.get(approval_id), True)
             raise Conflict(f"approval is {status}; only a FAILED refund can be released") from None
+        except ReservationMissing as exc:
+            raise _reservation_conflict(exc) from None
         obs.emit(obs.APPROVALS_RELEASED)
         return Decision(approval, True)
+
+
+def _reservation_conflict(exc: ReservationMissing) -> Conflict:
+    """The order was changed outside the code: nothing moved; a person must reconcile it (OPERATIONS.md)."""
+    logger.error("order does not hold the approval's reservation", extra={"approval_id": exc.approval["approval_id"]})
+    return Conflict(
+        f"order {exc.approval.get('order_id')} no longer holds the {exc.approval.get('amount_cents')} cents this "
+        "approval reserved; nothing was changed — reconcile the order first"
+    )
 
 
 def approval_view(a: dict[str, Any]) -> dict[str, Any]:

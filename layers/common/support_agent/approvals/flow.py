@@ -11,13 +11,20 @@ Input: ``{"approvalId": "apr_<ULID>", "eventIds": {"completed": "<ULID>", "faile
 Output of a SUCCEEDED execution: ``{"approvalId", "status": "REFUNDED", "replayed": bool}``.
 A FAILED execution's error is ``RefundFailed`` (the approval is FAILED, with an audit row),
 ``ApprovalNotApproved`` or ``ApprovalNotFound`` (nothing changed).
+
+:func:`start_flow` is the one way both the lead API and the sweep start an attempt, so "it already
+exists" means the same to both: the name was taken, by a running or a finished execution.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from support_agent.ids import APPROVAL_ID, ulid
+from support_agent.store.dynamo import error_code
 
 MAX_EXECUTION_NAME = 80
 _FORBIDDEN_IN_NAMES = frozenset(':#<>{}[]?*"%\\^|~`$&,;/')
@@ -45,3 +52,25 @@ def flow_input(approval_id: str) -> dict[str, Any]:
     """The execution input, with fresh audit event ids for the completion and the failure rows."""
     _check_approval_id(approval_id)
     return {"approvalId": approval_id, "eventIds": {"completed": ulid(), "failed": ulid()}}
+
+
+def start_flow(sfn: Any, state_machine_arn: str, approval_id: str, retry: int = 0) -> bool:
+    """Start attempt ``retry`` of the approval's RefundFlow: True if this call started it, False if it
+    already existed (running or finished). Every other error is raised.
+
+    Each call carries fresh audit event ids, so a repeat never matches the first input and Step
+    Functions answers ExecutionAlreadyExists for it, whether the first is running or done. Even a
+    second execution could not refund twice (the flow's writes are conditional): the name only
+    saves the work.
+    """
+    try:
+        sfn.start_execution(
+            stateMachineArn=state_machine_arn,
+            name=execution_name(approval_id, retry),
+            input=json.dumps(flow_input(approval_id)),
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ExecutionAlreadyExists":
+            return False
+        raise
+    return True

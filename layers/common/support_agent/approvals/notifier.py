@@ -1,9 +1,18 @@
-"""ApprovalNotifierFunction's logic: tell the leads about a PENDING approval, exactly once.
+"""ApprovalNotifierFunction's logic: tell the leads about a PENDING approval — at least once, rarely twice.
 
-The ApprovalQueue carries ``{"approvalId": "apr_…"}``. Claim-then-publish: a conditional update
-sets ``notified_at`` *before* the SNS publish, so a redelivered or duplicated message finds the
-claim and publishes nothing. If the publish fails after the claim, the claim is taken back (only
-if it is still ours) and the record fails, so SQS delivers it again.
+The ApprovalQueue carries ``{"approvalId": "apr_…"}``. Exactly-once is not possible across SNS and
+DynamoDB, so this is at-least-once with duplicates suppressed:
+
+1. a conditional update takes a *claim* that expires (``notify_claim_until`` = now +
+   ``CLAIM_SECONDS``); a delivery that finds a live claim or ``notified_at`` publishes nothing;
+2. the SNS publish;
+3. ``notified_at`` is set (and the claim dropped) only after the publish succeeded.
+
+A publish that fails drops the claim (only if it is still ours) and fails the record, so SQS
+delivers it again. A crash or timeout between 1 and 3 leaves a claim without ``notified_at``: it
+expires before the record's visibility timeout ends, so the redelivery publishes, and the sweep
+re-enqueues any approval whose claim expired un-notified. The price: a crash *after* the publish
+and before step 3 notifies the leads twice. Never zero times.
 
 Outcomes that need no retry (unknown approval, already notified, no longer pending) are
 successes; a body that is not ``{"approvalId": "apr_<ULID>"}`` fails model validation, is
@@ -15,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -29,7 +38,6 @@ from support_agent import observability as obs
 from support_agent.config import Settings, get_settings
 from support_agent.ids import APPROVAL_ID
 from support_agent.store.approvals import ApprovalStore
-from support_agent.store.dynamo import DynamoDBClient, is_conditional_failure, to_item, to_values
 
 if TYPE_CHECKING:
     from mypy_boto3_sns.client import SNSClient
@@ -65,9 +73,15 @@ class ApprovalQueueRecord(SqsRecordModel):
     body: Json[ApprovalMessage]
 
 
+# Longer than the notifier's Timeout (30 s), so a live holder never loses its claim; shorter than the
+# ApprovalQueue's VisibilityTimeout (180 s), so a crashed holder's redelivery finds it expired.
+CLAIM_SECONDS = 120
+
+
 class Outcome(StrEnum):
     PUBLISHED = "published"
     ALREADY_NOTIFIED = "already_notified"
+    CLAIMED_ELSEWHERE = "claimed_elsewhere"  # a live claim: another delivery is publishing
     NOT_FOUND = "not_found"
     NOT_PENDING = "not_pending"
 
@@ -97,19 +111,19 @@ class ApprovalNotifier:
     def __init__(
         self,
         store: ApprovalStore,
-        db: DynamoDBClient,
         sns: SNSClient,
         topic_arn: str,
         clock: Clock = utc_now,
+        claim_seconds: float = CLAIM_SECONDS,
     ) -> None:
         self.store = store
-        self._db = db
         self._sns = sns
         self.topic_arn = topic_arn
         self._clock = clock
+        self.claim = timedelta(seconds=claim_seconds)
 
     def notify(self, approval_id: str) -> Outcome:
-        """Publish one lead notification for the approval, unless it was already published."""
+        """Publish one lead notification for the approval, unless it was published or is being published."""
         approval = self.store.get(approval_id)
         if approval is None:
             logger.warning("approval %s not found; nothing to notify", approval_id)
@@ -118,33 +132,28 @@ class ApprovalNotifier:
             return Outcome.NOT_PENDING
         if approval.get("notified_at"):
             return Outcome.ALREADY_NOTIFIED
-        claimed_at = iso(self._clock())
-        if not self.store.claim_notification(approval_id, claimed_at):
-            return Outcome.ALREADY_NOTIFIED  # a concurrent delivery won the claim
+        now = self._clock()
+        until = iso(now + self.claim)
+        if not self.store.claim_notification(approval_id, iso(now), until):
+            return Outcome.CLAIMED_ELSEWHERE  # or notified a moment ago; either way not ours to publish
         subject, message = lead_message(approval)
         try:
             self._sns.publish(TopicArn=self.topic_arn, Subject=subject, Message=message)
         except Exception:
-            self.unclaim(approval_id, claimed_at)
+            self.unclaim(approval_id, until)
             raise
+        # Failing here (or dying) leaves the claim to expire: the redelivery publishes again.
+        self.store.mark_notified(approval_id, iso(self._clock()))
         return Outcome.PUBLISHED
 
-    def unclaim(self, approval_id: str, claimed_at: str) -> None:
-        """Remove ``notified_at`` if it is still the claim we set, so a redelivery can publish."""
+    def unclaim(self, approval_id: str, until: str) -> None:
+        """Drop the claim if it is still ours, so a redelivery need not wait for it to expire."""
         try:
-            self._db.update_item(
-                TableName=self.store.table,
-                Key=to_item({"approval_id": approval_id}),
-                UpdateExpression="REMOVE notified_at",
-                ConditionExpression="notified_at = :claimed",
-                ExpressionAttributeValues=to_values({":claimed": claimed_at}),
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                # The approval stays claimed without a notification; logged for an operator.
-                logger.exception("could not take back the notification claim of %s", approval_id)
-                return
-            logger.warning("notification claim of %s changed before it was taken back", approval_id)
+            if not self.store.drop_notification_claim(approval_id, until):
+                logger.warning("notification claim of %s changed before it was taken back", approval_id)
+        except ClientError:
+            # It expires on its own; the redelivery after the visibility timeout publishes.
+            logger.exception("could not take back the notification claim of %s", approval_id)
 
 
 def default_notifier() -> ApprovalNotifier:
@@ -157,10 +166,8 @@ def default_notifier() -> ApprovalNotifier:
 
 @lru_cache(maxsize=1)
 def _notifier_for(settings: Settings) -> ApprovalNotifier:
-    db = boto3.client("dynamodb")
     return ApprovalNotifier(
-        ApprovalStore(db, settings.approvals_table),
-        db,
+        ApprovalStore(boto3.client("dynamodb"), settings.approvals_table),
         boto3.client("sns"),
         settings.leads_topic_arn,
     )

@@ -1,16 +1,23 @@
 """ApprovalSweepFunction's logic, run on a schedule: nothing stays reserved forever, no approval unseen.
 
-One pass over the PENDING approvals (``by_status`` index, oldest first):
+First a pass over the PENDING approvals (``by_status`` index, oldest first):
 
 * created before ``now - APPROVAL_TTL_HOURS`` → EXPIRED, the reservation returned to the order
   and an ``approval_expired`` audit row, in one transaction (``ApprovalStore.release``). A lead
   deciding at the same moment wins or loses on the state condition; the loser is counted as a
   conflict, not an error.
-* otherwise, never notified (no ``notified_at``) and older than ``RENOTIFY_AFTER_SECONDS`` (the
-  chat function's own send came after its transaction and failed) → ``{"approvalId"}`` is sent to
-  the ApprovalQueue again. The notifier's claim makes a duplicate harmless.
+* otherwise, never notified (no ``notified_at``), older than ``RENOTIFY_AFTER_SECONDS`` and with
+  no live notification claim (the chat function's own send failed, or a notifier died between its
+  claim and ``notified_at``) → ``{"approvalId"}`` is sent to the ApprovalQueue again. The
+  notifier's claim suppresses a duplicate.
 
-Each run handles at most ``max_items`` approvals (the rest wait for the next run). An
+Then a pass over the APPROVED ones: approved (or retried) more than ``start_grace_seconds`` ago,
+RefundFlow may never have started — the lead's ``StartExecution`` failed, or its request died
+after the transition. The sweep starts the attempt (``<id>`` or ``<id>-r<n>``); Step Functions
+answers ExecutionAlreadyExists when it is running or has run, and nothing else happens. The
+oldest APPROVED approval's age is a metric with an alarm, for the flows no start can settle.
+
+Each pass handles at most ``max_items`` approvals (the rest wait for the next run). An
 unexpected error on one approval does not stop the others; the run then raises at the end so
 the invocation counts as failed.
 """
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from support_agent import observability as obs
+from support_agent.approvals.flow import start_flow
 from support_agent.approvals.notifier import Clock, iso, utc_now
 from support_agent.config import Settings, get_settings
 from support_agent.store.approvals import ApprovalStore, StateConflict
@@ -42,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 SWEEP_ACTOR = "system:sweep"
 EXPIRED_ACTION = "approval_expired"
+# The lead API starts the flow within its request (Timeout 15 s): past this, nobody else will.
+START_GRACE_SECONDS = 120
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class SweepResult:
     conflicts: int  # decided by someone else between our read and our write
     errors: int
     truncated: bool  # max_items reached; the next run continues
+    flows_started: int = 0  # APPROVED approvals whose RefundFlow had never started
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +85,9 @@ class ApprovalSweeper:
         renotify_after_seconds: int,
         clock: Clock = utc_now,
         max_items: int = 500,
+        sfn: Any = None,
+        state_machine_arn: str = "",
+        start_grace_seconds: int = START_GRACE_SECONDS,
     ) -> None:
         self.store = store
         self._db = db
@@ -83,6 +97,9 @@ class ApprovalSweeper:
         self.renotify_after = timedelta(seconds=renotify_after_seconds)
         self._clock = clock
         self.max_items = max_items
+        self._sfn = sfn  # None: APPROVED approvals are only measured, never started (tests of the rest)
+        self._arn = state_machine_arn
+        self.start_grace = timedelta(seconds=start_grace_seconds)
 
     def run(self) -> SweepResult:
         now = self._clock()
@@ -91,7 +108,7 @@ class ApprovalSweeper:
         renotify_before = iso(now - self.renotify_after)
         scanned = expired = requeued = conflicts = errors = 0
         truncated = False
-        for approval in self._pending_created_before(max(expire_before, renotify_before)):
+        for approval in self._created_before("PENDING", max(expire_before, renotify_before)):
             if scanned >= self.max_items:
                 truncated = True
                 break
@@ -111,7 +128,11 @@ class ApprovalSweeper:
                     )
                     expired += 1
                     obs.emit(obs.APPROVALS_EXPIRED)
-                elif created_at < renotify_before and not approval.get("notified_at"):
+                elif (
+                    created_at < renotify_before
+                    and not approval.get("notified_at")
+                    and str(approval.get("notify_claim_until", "")) <= now_s  # no live claim
+                ):
                     self._sqs.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps({"approvalId": approval_id}))
                     requeued += 1
             except StateConflict:
@@ -119,12 +140,53 @@ class ApprovalSweeper:
             except Exception:
                 errors += 1
                 logger.exception("sweep failed on approval %s", approval_id, extra={"approval_id": approval_id})
-        result = SweepResult(scanned, expired, requeued, conflicts, errors, truncated)
+        flows_started, flow_errors, flows_truncated = self._start_unstarted_flows(now)
+        errors += flow_errors
+        result = SweepResult(scanned, expired, requeued, conflicts, errors, truncated or flows_truncated, flows_started)
         self._report_oldest_pending(now)
         logger.info("approval sweep: %s", result.as_dict())
         if errors:
             raise SweepIncomplete(result)
         return result
+
+    def _start_unstarted_flows(self, now: datetime) -> tuple[int, int, bool]:
+        """(started, errors, truncated): start RefundFlow for APPROVED approvals past the grace, and
+        report the oldest APPROVED age (time since its approval or retry; 0 when none).
+
+        Only ``created_at < now - grace`` can have been approved before the grace began, so the key
+        condition bounds the read; the decision time is checked on each item.
+        """
+        before = iso(now - self.start_grace)
+        started = errors = attempts = 0
+        truncated = False
+        oldest = 0.0
+        try:
+            for approval in self._created_before("APPROVED", before):
+                approval_id = str(approval["approval_id"])
+                since = str(approval.get("retried_at") or approval.get("decided_at") or approval["created_at"])
+                oldest = max(oldest, _age(now, since))
+                if since >= before or self._sfn is None:
+                    continue
+                if attempts >= self.max_items:
+                    truncated = True
+                    continue  # keep reading: the age must cover them all
+                attempts += 1
+                try:
+                    if start_flow(self._sfn, self._arn, approval_id, int(approval.get("retries", 0))):
+                        started += 1
+                        logger.warning(
+                            "started RefundFlow for an approval whose flow never started",
+                            extra={"approval_id": approval_id, "approved_at": since},
+                        )
+                except Exception:
+                    errors += 1
+                    logger.exception("could not start RefundFlow", extra={"approval_id": approval_id})
+        except Exception:
+            errors += 1
+            logger.exception("could not read the APPROVED approvals")
+            return started, errors, truncated
+        obs.emit(obs.OLDEST_APPROVED_APPROVAL_AGE, round(oldest))
+        return started, errors, truncated
 
     def _report_oldest_pending(self, now: datetime) -> None:
         """The age of the oldest PENDING approval left (0 when none): the "pending too long" alarm's metric."""
@@ -144,19 +206,18 @@ class ApprovalSweeper:
         items = [from_item(i) for i in out.get("Items", [])]
         age = 0.0
         if items:
-            created = datetime.fromisoformat(str(items[0]["created_at"]).replace("Z", "+00:00"))
-            age = max(0.0, (now - created).total_seconds())
+            age = max(0.0, (now - _parse(str(items[0]["created_at"]))).total_seconds())
             logger.info("oldest pending approval", extra={"approval_id": items[0]["approval_id"], "age_seconds": age})
         obs.emit(obs.OLDEST_PENDING_APPROVAL_AGE, round(age))
 
-    def _pending_created_before(self, before: str) -> Iterator[dict[str, Any]]:
-        """PENDING approvals with ``created_at < before``, oldest first, page by page."""
+    def _created_before(self, status: str, before: str) -> Iterator[dict[str, Any]]:
+        """Approvals in ``status`` with ``created_at < before``, oldest first, page by page."""
         kwargs: dict[str, Any] = {
             "TableName": self.store.table,
             "IndexName": "by_status",
-            "KeyConditionExpression": "#st = :pending AND created_at < :before",
+            "KeyConditionExpression": "#st = :status AND created_at < :before",
             "ExpressionAttributeNames": {"#st": "status"},
-            "ExpressionAttributeValues": to_values({":pending": "PENDING", ":before": before}),
+            "ExpressionAttributeValues": to_values({":status": status, ":before": before}),
             "ScanIndexForward": True,
             "Limit": 100,
         }
@@ -167,6 +228,18 @@ class ApprovalSweeper:
             if "LastEvaluatedKey" not in out:
                 return
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def _parse(timestamp: str) -> datetime:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+
+
+def _age(now: datetime, since: str) -> float:
+    """Seconds since a stored timestamp; 0 for one that does not parse (the sweep must not stop on it)."""
+    try:
+        return (now - _parse(since)).total_seconds()
+    except ValueError:
+        return 0.0
 
 
 def default_sweeper() -> ApprovalSweeper:
@@ -187,4 +260,6 @@ def _sweeper_for(settings: Settings) -> ApprovalSweeper:
         settings.approval_queue_url,
         settings.approval_ttl_hours,
         settings.renotify_after_seconds,
+        sfn=boto3.client("stepfunctions"),
+        state_machine_arn=settings.refund_flow_arn,
     )

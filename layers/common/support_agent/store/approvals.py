@@ -37,6 +37,14 @@ class StateConflict(Exception):
         self.current = current
 
 
+class ReservationMissing(Exception):
+    """The order no longer holds the amount this approval reserved: changed outside the code, nothing moved."""
+
+    def __init__(self, approval: dict[str, Any]) -> None:
+        super().__init__(f"order {approval.get('order_id')} does not hold the amount approval reserved")
+        self.approval = approval
+
+
 @dataclass(frozen=True)
 class Page:
     items: list[dict[str, Any]]
@@ -113,13 +121,22 @@ class ApprovalStore:
         add_retry: bool = False,
         order_release: bool = False,
         reason: str | None = None,
+        not_created_before: str | None = None,
     ) -> dict[str, Any]:
-        """from_status → to_status with its audit row (and, when freeing money, the order) atomically."""
+        """from_status → to_status with its audit row (and, when freeing money, the order) atomically.
+
+        ``not_created_before`` adds ``created_at >= it`` to the condition (the approval's TTL).
+        """
         approval = self.get(approval_id)
         if approval is None or approval.get("status") != from_status:
             raise StateConflict(approval)
         names = {"#st": "status"}
         values: dict[str, Any] = {":to": to_status, ":from": from_status}
+        condition = "#st = :from"
+        if not_created_before is not None:
+            names["#created"] = "created_at"
+            values[":not_before"] = not_created_before
+            condition += " AND #created >= :not_before"
         assignments = ["#st = :to"]
         for i, (field, value) in enumerate(sets.items()):
             names[f"#f{i}"] = field
@@ -136,7 +153,7 @@ class ApprovalStore:
                     "TableName": self.table,
                     "Key": self._key(approval_id),
                     "UpdateExpression": update,
-                    "ConditionExpression": "#st = :from",
+                    "ConditionExpression": condition,
                     "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": to_values(values),
                 }
@@ -166,15 +183,28 @@ class ApprovalStore:
             codes = cancellation_codes(exc)
             if not codes or codes[0] == "ConditionalCheckFailed":
                 raise StateConflict(self.get(approval_id)) from None
+            if order_release and codes[2:3] == ["ConditionalCheckFailed"]:
+                raise ReservationMissing(approval) from None
             raise
         updated = self.get(approval_id)
         assert updated is not None
         return updated
 
-    def approve(self, approval_id: str, lead: str, now: str) -> dict[str, Any]:
-        """PENDING → APPROVED, recording who and when. The refund itself is RefundFlow's job."""
+    def approve(self, approval_id: str, lead: str, now: str, not_created_before: str | None = None) -> dict[str, Any]:
+        """PENDING → APPROVED, recording who and when. The refund itself is RefundFlow's job.
+
+        With ``not_created_before`` (now - the TTL) an approval the sweep would expire cannot be
+        approved, whether or not the sweep has run: StateConflict with the approval still PENDING.
+        """
         return self._decide(
-            approval_id, "PENDING", "APPROVED", lead, "approval_approved", now, {"decided_by": lead, "decided_at": now}
+            approval_id,
+            "PENDING",
+            "APPROVED",
+            lead,
+            "approval_approved",
+            now,
+            {"decided_by": lead, "decided_at": now},
+            not_created_before=not_created_before,
         )
 
     def mark_retry(self, approval_id: str, lead: str, now: str) -> dict[str, Any]:
@@ -190,21 +220,47 @@ class ApprovalStore:
             add_retry=True,
         )
 
-    def claim_notification(self, approval_id: str, now: str) -> bool:
-        """Set notified_at once; False when already notified (or no longer pending)."""
+    def _update_if(self, approval_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
+        """One conditional UpdateItem; False when the condition does not hold."""
         try:
             self._db.update_item(
                 TableName=self.table,
                 Key=self._key(approval_id),
-                UpdateExpression="SET notified_at = :now",
-                ConditionExpression="attribute_exists(approval_id) AND attribute_not_exists(notified_at)",
-                ExpressionAttributeValues=to_values({":now": now}),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=to_values(values),
             )
         except ClientError as exc:
             if is_conditional_failure(exc):
                 return False
             raise
         return True
+
+    def claim_notification(self, approval_id: str, now: str, until: str) -> bool:
+        """Claim the leads' notification until ``until``; False when notified already or another
+        claim is still live. An expired claim (its holder died before ``notified_at``) can be taken."""
+        return self._update_if(
+            approval_id,
+            "SET notify_claim_until = :until",
+            "attribute_exists(approval_id) AND attribute_not_exists(notified_at)"
+            " AND (attribute_not_exists(notify_claim_until) OR notify_claim_until <= :now)",
+            {":now": now, ":until": until},
+        )
+
+    def mark_notified(self, approval_id: str, now: str) -> None:
+        """After the publish: ``notified_at`` set and the claim dropped, so nothing notifies again."""
+        self._update_if(
+            approval_id,
+            "SET notified_at = :now REMOVE notify_claim_until",
+            "attribute_exists(approval_id)",
+            {":now": now},
+        )
+
+    def drop_notification_claim(self, approval_id: str, until: str) -> bool:
+        """Remove the claim if it is still the one ending at ``until`` (ours), so a redelivery can publish."""
+        return self._update_if(
+            approval_id, "REMOVE notify_claim_until", "notify_claim_until = :until", {":until": until}
+        )
 
     def release(
         self,
