@@ -610,9 +610,12 @@
         state.auditQuery = query;
         state.auditNext = data.nextToken || null;
         var tbody = $("audit");
+        // A customer's trail mixes conversations: each row says which, and opens that conversation's trail.
+        var byCustomer = query.by === "customerId";
+        $("audit-conversation-head").hidden = !byCustomer;
         if (!append) SA.clear(tbody);
         records.forEach(function (rec) {
-          tbody.appendChild(auditRow(rec));
+          tbody.appendChild(auditRow(rec, byCustomer));
         });
         var n = tbody.children.length;
         $("audit-summary").textContent = n + (n === 1 ? " record" : " records") + " for " + (query.by === "customerId" ? "customer " : "") + query.key + " (oldest first).";
@@ -634,13 +637,16 @@
     return td(label, cls, h("details", { class: "json-cell" }, h("summary", null, h("code", null, short)), h("pre", null, full)));
   }
 
-  function auditRow(rec) {
+  function auditRow(rec, byCustomer) {
     var outcome = String(rec.outcome || "");
     var bad = /error|fail|denied|reject|not_/i.test(outcome);
+    var conversation = td("Conversation", "audit-conversation", auditButton(rec.conversationId));
+    conversation.hidden = !byCustomer;
     return h(
       "tr",
       { class: "audit-row" + (bad ? " is-error" : ""), "data-event-id": rec.eventId || null, "data-action": rec.action || null, "data-tool": rec.tool || null },
       td("Time", "audit-time", h("time", { datetime: rec.createdAt || "", title: rec.createdAt || "" }, SA.time(rec.createdAt))),
+      conversation,
       td("Actor", "audit-actor", rec.actor || "—"),
       td("Action", "audit-action", rec.action || "—"),
       td("Tool", "audit-tool", rec.tool || "—"),

@@ -1,18 +1,27 @@
-"""The seed scenario in a real browser: chat as customer 7, see the trace, approve as lead-1, see REFUNDED.
+"""The pages in a real browser: the seed scenario, then everything else a lead does on the console.
+
+The seed scenario: chat as customer 7, see the trace, approve as lead-1, see REFUNDED. Then the lead console's
+other flows: reject a PENDING refund; a refund that FAILS for real (the order changed underneath it in moto, so
+RefundFlow's conditional transaction is cancelled), retried until REFUNDED; another FAILED one found under the
+"Failed" filter and released; a hand-off a customer asked for in the chat, closed; and the audit panel (a
+conversation's trail and a customer's). After each action the test checks what the page shows and the state read
+back through the API (and the order's money in the table).
 
 Drives the pages `make dev` serves (web/index.html + chat.js, web/lead.html + lead.js) against the local stack
-with the simulated model; the approval runs the refund state machine in moto. Screenshots of each step go to
+with the simulated model; approvals run the refund state machine in moto. Screenshots of each step go to
 tests/e2e/artifacts/ (not committed).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from devstack.local import LocalStack
+import pytest
+
+from devstack.local import REGION, LocalStack
 
 MESSAGE = "Where is my order 1042? Also refund it."
 REPLY_TIMEOUT_MS = 45_000  # two model turns and the tool calls through the worker processes
@@ -119,4 +128,396 @@ def test_chat_then_lead_approves_refund(
     expect(pg.locator("#app")).to_be_visible()
     expect(pg.locator("#whoami-name")).to_contain_text("customer 7")
 
+    assert watch.errors == [], watch.errors
+
+
+# ------------------------------------------------------------------ the rest of the lead console
+#
+# Each test below raises its own approvals through the API (POST /api/chat as the customer), drives the lead console
+# in the browser, then reads the state back: the approval through the lead API, the refund through the customer's
+# conversation view, and the order's money straight from the table in moto (the API has no order endpoint).
+
+LEAD_TIMEOUT_MS = 45_000  # approve/retry answer after at most APPROVAL_WAIT_SECONDS, then the page polls
+
+
+class Backend:
+    """The local stack seen from outside the browser: its API (as a customer or lead-1) and its tables in moto."""
+
+    def __init__(self, local: LocalStack) -> None:
+        import boto3
+        import httpx
+
+        self.local = local
+        self.http = httpx.Client(base_url=local.url, timeout=60)
+        self.lead = {"Authorization": f"Bearer {local.tokens['leads'][0]['token']}"}
+        session = boto3.Session(region_name=REGION, aws_access_key_id="local", aws_secret_access_key="local")
+        self.ddb = session.client("dynamodb", endpoint_url=local.moto_url)
+        self.customer_table = local.stack.physical_ids["CustomerDataTable"]
+
+    def customer(self, customer_id: int) -> dict[str, str]:
+        (token,) = [c["token"] for c in self.local.tokens["customers"] if c["customerId"] == customer_id]
+        return {"Authorization": f"Bearer {token}"}
+
+    def chat(self, customer_id: int, message: str) -> dict[str, Any]:
+        resp = self.http.post("/api/chat", json={"message": message}, headers=self.customer(customer_id))
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def raise_approval(self, customer_id: int, order_id: int) -> tuple[str, str]:
+        """A customer asks for a full refund of an order above the threshold: (approval id, conversation id)."""
+        turn = self.chat(customer_id, f"Please refund order {order_id}.")
+        results = [c["result"] for it in turn["trace"] for c in it["toolCalls"] if c["name"] == "request_refund"]
+        assert len(results) == 1 and results[0]["status"] == "PENDING_APPROVAL", turn
+        return results[0]["approval_id"], turn["conversationId"]
+
+    def approval(self, approval_id: str) -> dict[str, Any]:
+        resp = self.http.get(f"/api/approvals/{approval_id}", headers=self.lead)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def refunds(self, customer_id: int, conversation_id: str) -> list[dict[str, Any]]:
+        resp = self.http.get(f"/api/conversations/{conversation_id}", headers=self.customer(customer_id))
+        assert resp.status_code == 200, resp.text
+        return resp.json()["refunds"]
+
+    def lead_get(self, path: str) -> dict[str, Any]:
+        resp = self.http.get(path, headers=self.lead)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def _order_key(self, customer_id: int, order_id: int) -> dict[str, Any]:
+        return {"customer_id": {"N": str(customer_id)}, "sk": {"S": f"ORDER#{order_id}"}}
+
+    def money(self, customer_id: int, order_id: int) -> tuple[int, int, int]:
+        """(available, reserved, refunded) of the order, read consistently from the table."""
+        item = self.ddb.get_item(
+            TableName=self.customer_table, Key=self._order_key(customer_id, order_id), ConsistentRead=True
+        )["Item"]
+        available, reserved, refunded = (int(item[f"{k}_cents"]["N"]) for k in ("available", "reserved", "refunded"))
+        return available, reserved, refunded
+
+    def set_money(self, customer_id: int, order_id: int, available: int, reserved: int) -> None:
+        """Changes the order underneath the approvals (as an out-of-band adjustment would)."""
+        self.ddb.update_item(
+            TableName=self.customer_table,
+            Key=self._order_key(customer_id, order_id),
+            UpdateExpression="SET available_cents = :a, reserved_cents = :r",
+            ExpressionAttributeValues={":a": {"N": str(available)}, ":r": {"N": str(reserved)}},
+        )
+
+
+@pytest.fixture
+def backend(local_stack: LocalStack) -> Iterator[Backend]:
+    b = Backend(local_stack)
+    try:
+        yield b
+    finally:
+        b.http.close()
+
+
+def open_lead_console(pg: Any, local: LocalStack) -> None:
+    from playwright.sync_api import expect
+
+    pg.goto(f"{local.url}/lead")
+    pg.click("#signin-lead-1")
+    expect(pg.locator("#app")).to_be_visible()
+    expect(pg.locator("#whoami-name")).to_have_text("lead-1")
+
+
+def approval_row(pg: Any, approval_id: str) -> Any:
+    return pg.locator(f'tr.approval-row[data-approval-id="{approval_id}"]')
+
+
+def outcome(pg: Any, approval_id: str) -> Any:
+    """The newest announcement of the approval's outcome (announcements are prepended)."""
+    return pg.locator(f'#outcome .decision-outcome[data-approval-id="{approval_id}"]').first
+
+
+def audit_rows(pg: Any) -> list[dict[str, str]]:
+    """The audit panel's rows as the page shows them."""
+    return pg.locator("#audit tr.audit-row").evaluate_all(
+        """rows => rows.map(r => ({
+            eventId: r.dataset.eventId,
+            action: r.querySelector('.audit-action').innerText.trim(),
+            actor: r.querySelector('.audit-actor').innerText.trim(),
+            tool: r.querySelector('.audit-tool').innerText.trim(),
+            outcome: r.querySelector('.audit-outcome').innerText.trim(),
+            conversation: r.querySelector('.audit-conversation [data-conversation-id]')?.dataset.conversationId ?? null,
+        }))"""
+    )
+
+
+def test_lead_rejects_a_pending_refund_and_reads_its_trail(
+    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
+) -> None:
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    approval_id, conversation_id = backend.raise_approval(8, 2001)
+    assert backend.money(8, 2001) == (0, 7400, 0)
+
+    open_lead_console(pg, local_stack)
+    row = approval_row(pg, approval_id)
+    expect(row).to_have_attribute("data-status", "PENDING")
+    expect(row.locator(".approval-customer")).to_have_text("8")
+    expect(row.locator(".approval-amount")).to_contain_text("74.00")
+    row.locator("input.reject-reason").fill("store credit given instead")
+    row.locator("button.reject").click()
+
+    expect(row.locator(".approval-status")).to_have_text("REJECTED")
+    expect(row.locator(".decided-by")).to_contain_text("lead-1")
+    expect(row.locator("button.approve, button.reject, button.retry, button.release")).to_have_count(0)
+    expect(outcome(pg, approval_id)).to_have_attribute("data-status", "REJECTED")
+    expect(outcome(pg, approval_id)).to_contain_text("reservation is released")
+    expect(pg.locator("#lead-error")).to_be_hidden()
+    screenshot(pg, "01-rejected")
+
+    approval = backend.approval(approval_id)
+    assert (approval["status"], approval["decidedBy"]) == ("REJECTED", "lead-1"), approval
+    assert backend.money(8, 2001) == (7400, 0, 0)  # the reservation went back to the order
+    assert backend.refunds(8, conversation_id) == [
+        {"approvalId": approval_id, "orderId": 2001, "amountCents": 7400, "currency": "USD", "status": "REJECTED"}
+    ]
+
+    # ---- the conversation's audit trail, opened from the row: the tool calls, the request, the rejection
+    row.locator("button.open-audit").click()
+    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
+    records = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
+    shown = audit_rows(pg)
+    assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
+    assert sorted((r["action"], r["tool"]) for r in shown) == [
+        ("approval_rejected", "—"),
+        ("refund_requested", "request_refund"),
+        ("tool_call", "lookup_order"),
+        ("tool_call", "request_refund"),
+    ], shown
+    (rejected,) = [r for r in records if r["action"] == "approval_rejected"]
+    assert (rejected["actor"], rejected["outcome"], rejected["approvalId"]) == ("lead-1", "REJECTED", approval_id)
+    assert rejected["input"] == {"reason": "store credit given instead"}
+    rejected_row = pg.locator(f'#audit tr.audit-row[data-event-id="{rejected["eventId"]}"]')
+    expect(rejected_row.locator(".audit-input")).to_contain_text("store credit given instead")
+    screenshot(pg, "02-conversation-trail")
+    watch.settle(pg)
+    assert watch.errors == [], watch.errors
+
+
+def test_failed_refund_retried_until_refunded(
+    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
+) -> None:
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    approval_id, conversation_id = backend.raise_approval(7, 1044)
+    assert backend.money(7, 1044) == (0, 16000, 0)
+    # The order changes underneath the approval: 1.00 less is reserved than approved, so RefundFlow's
+    # conditional transaction is cancelled on every attempt and the approval ends FAILED.
+    backend.set_money(7, 1044, available=100, reserved=15900)
+
+    open_lead_console(pg, local_stack)
+    row = approval_row(pg, approval_id)
+    announced = pg.locator(f'#outcome .decision-outcome[data-approval-id="{approval_id}"]')
+    row.locator("button.approve").click()
+    expect(row.locator(".approval-status")).to_have_text("FAILED", timeout=LEAD_TIMEOUT_MS)
+    expect(outcome(pg, approval_id)).to_have_attribute("data-status", "FAILED")
+    expect(outcome(pg, approval_id)).to_contain_text("retry or release")
+    expect(row.locator("button.retry")).to_be_enabled()
+    expect(row.locator("button.release")).to_be_enabled()
+    screenshot(pg, "01-failed")
+    assert backend.approval(approval_id)["status"] == "FAILED"
+    assert backend.money(7, 1044) == (100, 15900, 0)  # nothing moved
+    assert backend.refunds(7, conversation_id)[0]["status"] == "FAILED"
+
+    # ---- retry while the order is still wrong: it fails again (execution <id>-r1)
+    row.locator("button.retry").click()
+    expect(announced).to_have_count(2, timeout=LEAD_TIMEOUT_MS)
+    expect(outcome(pg, approval_id)).to_have_attribute("data-status", "FAILED")
+    expect(row.locator(".approval-status")).to_have_text("FAILED")
+    expect(row.locator("button.retry")).to_be_enabled()
+    assert backend.approval(approval_id)["status"] == "FAILED"
+    assert backend.money(7, 1044) == (100, 15900, 0)
+
+    # ---- the order is put right; the second retry (<id>-r2) refunds
+    backend.set_money(7, 1044, available=0, reserved=16000)
+    row.locator("button.retry").click()
+    expect(row.locator(".approval-status")).to_have_text("REFUNDED", timeout=LEAD_TIMEOUT_MS)
+    expect(announced).to_have_count(3)
+    expect(outcome(pg, approval_id)).to_have_attribute("data-status", "REFUNDED")
+    expect(outcome(pg, approval_id)).to_contain_text("160.00 USD refunded")
+    expect(row.locator("button.retry, button.release")).to_have_count(0)
+    expect(pg.locator("#lead-error")).to_be_hidden()
+    screenshot(pg, "02-refunded")
+    assert backend.approval(approval_id)["status"] == "REFUNDED"
+    assert backend.money(7, 1044) == (0, 0, 16000)
+    assert backend.refunds(7, conversation_id)[0]["status"] == "REFUNDED"
+
+    # ---- the trail: approved once, failed twice, retried twice, completed once
+    row.locator("button.open-audit").click()
+    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
+    records = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
+    shown = audit_rows(pg)
+    assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
+    flow = sorted((r["action"], r["actor"], r["outcome"]) for r in shown if r["action"] != "tool_call")
+    assert flow == [
+        ("approval_approved", "lead-1", "APPROVED"),
+        ("refund_completed", "refund-flow", "REFUNDED"),
+        ("refund_failed", "refund-flow", "FAILED"),
+        ("refund_failed", "refund-flow", "FAILED"),
+        ("refund_requested", "customer-7", "PENDING_APPROVAL"),
+        ("refund_retried", "lead-1", "APPROVED"),
+        ("refund_retried", "lead-1", "APPROVED"),
+    ], flow
+    failed = [r for r in records if r["action"] == "refund_failed"]
+    assert {r["requestId"] for r in failed} == {approval_id, f"{approval_id}-r1"}
+    assert all(r["output"]["attempts"] == 3 for r in failed), failed
+    (completed,) = [r for r in records if r["action"] == "refund_completed"]
+    assert completed["requestId"] == f"{approval_id}-r2"
+    screenshot(pg, "03-conversation-trail")
+    watch.settle(pg)
+    assert watch.errors == [], watch.errors
+
+
+def test_failed_refund_released(
+    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
+) -> None:
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    approval_id, conversation_id = backend.raise_approval(8, 2001)
+    backend.set_money(8, 2001, available=100, reserved=7300)  # changed underneath: the refund fails
+
+    open_lead_console(pg, local_stack)
+    row = approval_row(pg, approval_id)
+    row.locator("button.approve").click()
+    expect(row.locator(".approval-status")).to_have_text("FAILED", timeout=LEAD_TIMEOUT_MS)
+    assert backend.approval(approval_id)["status"] == "FAILED"
+
+    # ---- a lead arriving later (the page reloaded, the session remembered) finds it under "Failed"
+    watch.settle(pg)
+    pg.reload()
+    expect(pg.locator("#app")).to_be_visible()
+    expect(pg.locator("#approvals-updated")).to_contain_text("Updated")
+    expect(row).to_have_count(0)  # no longer PENDING, and no longer pinned by this session
+    pg.select_option("#status-filter", "FAILED")
+    expect(row).to_have_attribute("data-status", "FAILED")
+    expect(row.locator(".decided-by")).to_contain_text("lead-1")
+    expect(row.locator("button.retry")).to_be_enabled()
+
+    # The adjustment is undone (the reservation is whole again) and the lead gives up on this refund.
+    backend.set_money(8, 2001, available=0, reserved=7400)
+    row.locator("button.release").click()
+    expect(row.locator(".approval-status")).to_have_text("RELEASED")
+    expect(outcome(pg, approval_id)).to_have_attribute("data-status", "RELEASED")
+    expect(outcome(pg, approval_id)).to_contain_text("reservation released")
+    expect(row.locator("button.retry, button.release")).to_have_count(0)
+    expect(pg.locator("#lead-error")).to_be_hidden()
+    screenshot(pg, "01-released")
+    approval = backend.approval(approval_id)
+    assert (approval["status"], approval["decidedBy"]) == ("RELEASED", "lead-1"), approval
+    assert backend.money(8, 2001) == (7400, 0, 0)
+    assert backend.refunds(8, conversation_id)[0]["status"] == "RELEASED"
+
+    # ---- the customer's audit trail: this approval's rows are all there, as the API has them
+    pg.select_option("#audit-by", "customerId")
+    pg.fill("#audit-key", "8")
+    pg.click("#audit-load")
+    expect(pg.locator("#audit-summary")).to_contain_text("for customer 8")
+    records = backend.lead_get("/api/audit?customerId=8")["records"]
+    assert all(r["customerId"] == 8 for r in records)
+    shown = audit_rows(pg)
+    assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
+    assert [r["eventId"] for r in shown] == sorted(r["eventId"] for r in shown)  # oldest first, as it says
+    mine = sorted((r["action"], r["actor"], r["outcome"]) for r in records if r["approvalId"] == approval_id)
+    assert mine == [
+        ("approval_approved", "lead-1", "APPROVED"),
+        ("approval_released", "lead-1", "RELEASED"),
+        ("refund_failed", "refund-flow", "FAILED"),
+        ("refund_requested", "customer-8", "PENDING_APPROVAL"),
+    ], mine
+    # A customer's trail mixes conversations (and here two approvals of order 2001 when the whole module runs):
+    # every row names its conversation, and that opens the conversation's own trail.
+    expect(pg.locator("#audit-conversation-head")).to_be_visible()
+    assert [r["conversation"] for r in shown] == [r["conversationId"] for r in records]
+    (released,) = [r for r in records if r["action"] == "approval_released"]
+    assert released["conversationId"] == conversation_id
+    screenshot(pg, "02-customer-trail")
+    pg.locator(f'#audit tr.audit-row[data-event-id="{released["eventId"]}"] button.open-audit').click()
+    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
+    expect(pg.locator("#audit-conversation-head")).to_be_hidden()
+    conversation = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
+    assert [r["eventId"] for r in audit_rows(pg)] == [r["eventId"] for r in conversation]
+    assert released["eventId"] in [r["eventId"] for r in conversation]
+    watch.settle(pg)
+    assert watch.errors == [], watch.errors
+
+
+def test_customer_asks_for_a_person_and_a_lead_closes_the_handoff(
+    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
+) -> None:
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    pg.goto(f"{local_stack.url}/")
+    pg.click("#signin-customer-8")
+    expect(pg.locator("#app")).to_be_visible()
+    pg.fill("#message", "Can I talk to a person, please?")
+    pg.click("#send")
+    reply = pg.locator(".reply").last
+    expect(reply).to_be_visible(timeout=REPLY_TIMEOUT_MS)
+    expect(pg.locator("#send")).to_be_enabled(timeout=REPLY_TIMEOUT_MS)
+    expect(reply.locator(".reply-text")).to_contain_text("teammate")
+    escalation = pg.locator('.trace-call[data-tool="escalate_to_human"]')
+    expect(escalation).to_have_count(1)
+    expect(escalation.locator(".trace-result")).to_contain_text("hof_")
+    conversation_id = pg.locator("#conversation-id").inner_text()
+    assert conversation_id.startswith("conv_"), conversation_id
+    screenshot(pg, "01-chat-handoff")
+    watch.settle(pg)
+
+    open_lead_console(pg, local_stack)
+    hrow = pg.locator("tr.handoff-row").filter(
+        has=pg.locator(f'.handoff-conversation [data-conversation-id="{conversation_id}"]')
+    )
+    expect(hrow).to_have_count(1)
+    expect(hrow).to_have_attribute("data-status", "OPEN")
+    expect(hrow.locator(".handoff-customer")).to_have_text("8")
+    expect(hrow.locator(".handoff-reason")).to_contain_text("asked for a person")
+    handoff_id = hrow.get_attribute("data-handoff-id")
+    assert handoff_id and handoff_id.startswith("hof_"), handoff_id
+    open_ids = [h["handoffId"] for h in backend.lead_get("/api/handoffs?status=OPEN")["handoffs"]]
+    assert handoff_id in open_ids
+
+    hrow.locator("input.close-note").fill("called the customer back")
+    hrow.locator("button.close-handoff").click()
+    expect(hrow).to_have_attribute("data-status", "CLOSED")
+    expect(hrow.locator(".handoff-status")).to_have_text("CLOSED")
+    expect(hrow).to_contain_text("closed by lead-1")
+    expect(pg.locator(f'#outcome .handoff-outcome[data-handoff-id="{handoff_id}"]')).to_be_visible()
+    expect(pg.locator("#lead-error")).to_be_hidden()
+    screenshot(pg, "02-handoff-closed")
+
+    assert handoff_id not in [h["handoffId"] for h in backend.lead_get("/api/handoffs?status=OPEN")["handoffs"]]
+    pg.click("#refresh-handoffs")
+    expect(hrow).to_have_count(0)  # the Open list, reloaded, no longer has it
+    (closed,) = [h for h in backend.lead_get("/api/handoffs?status=CLOSED")["handoffs"] if h["handoffId"] == handoff_id]
+    assert (closed["status"], closed["closedBy"], closed["customerId"]) == ("CLOSED", "lead-1", 8), closed
+
+    # ---- the Closed filter lists it; its conversation's trail has the opening and the closing
+    pg.select_option("#handoff-filter", "CLOSED")
+    closed_row = pg.locator(f'tr.handoff-row[data-handoff-id="{handoff_id}"]')
+    expect(closed_row).to_have_attribute("data-status", "CLOSED")
+    closed_row.locator("button.open-audit").click()
+    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
+    shown = audit_rows(pg)
+    assert sorted((r["action"], r["actor"], r["outcome"]) for r in shown) == [
+        ("handoff_closed", "lead-1", "CLOSED"),
+        ("handoff_opened", "customer-8", "OPEN"),
+        ("tool_call", "customer-8", "ok"),
+    ], shown
+    records = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
+    assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
+    (closing,) = [r for r in records if r["action"] == "handoff_closed"]
+    assert closing["input"] == {"note": "called the customer back"}
+    assert closing["output"] == {"handoff_id": handoff_id}
+    screenshot(pg, "03-handoff-trail")
+    watch.settle(pg)
     assert watch.errors == [], watch.errors
