@@ -29,7 +29,7 @@ class Call:
 
     @property
     def kind(self) -> str:
-        """What the call is for, in the terms DESIGN.md uses for a turn."""
+        """What the call is for, in the terms docs/ARCHITECTURE.md uses for a turn."""
         p, op = self.params, self.operation
         if self.service != "dynamodb":
             return f"{self.service}:{op}"

@@ -133,7 +133,7 @@ Peak RSS is the child's `VmHWM` (not `ru_maxrss`, which on Linux keeps the forki
 high-water mark across exec). "process wall" adds the interpreter's own start and exit (a bare
 `python -c pass`: {ours_i or 0:.0f} ms in bench/.venv-lambda, {peers_i or 0:.0f} ms in the peers' venv).
 
-There is no authorizer function: every function verifies the JWT itself (DESIGN.md, "Auth"), so
+There is no authorizer function: every function verifies the JWT itself (ARCHITECTURE.md, "Components"), so
 the cost of pyjwt is inside each handler's numbers. A Lambda authorizer would take pyjwt out of the
 chat function's import (the `jwt` row of the table below) but put a second cold start in series in front of the
 first request, and API Gateway would answer refused tokens with its own bodies instead of the
@@ -237,7 +237,7 @@ invocation (Powertools formats the whole pending set on every add, so an unflush
 the cost of each metric turn after turn).
 
 Ours costs {r["floor_wall"]:.2f}× the floor in wall time and {r["floor_cpu"]:.2f}× in CPU. The difference is
-the work the floor leaves out and the rules require (DESIGN.md): five write-ahead/results
+the work the floor leaves out and the rules require (ARCHITECTURE.md): five write-ahead/results
 transactions serialized per turn, an audit row per tool call, fenced tool output, pydantic
 validation of tool input, structured logs and metrics per model call and tool call. The profile
 table shows their shares. Against a real model (1–10 s per call) all of it is well under 1% of a

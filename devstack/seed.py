@@ -1,4 +1,4 @@
-"""Load the demo data (DESIGN.md's table) into the CustomerData table.
+"""Load the demo data (docs/ARCHITECTURE.md, "Demo data") into the CustomerData table.
 
 Usage: ``python -m devstack.seed --table NAME [--file devstack/demo_data.json]`` (uses the AWS
 endpoint in the environment, e.g. the local stack's moto).

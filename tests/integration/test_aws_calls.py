@@ -1,4 +1,4 @@
-"""AWS requests per chat turn, counted with botocore event hooks on the deployed template (DESIGN.md).
+"""AWS requests per chat turn, counted with botocore event hooks on the deployed template (ARCHITECTURE.md).
 
 Per turn: one lease update and one lease release, one query for the history, at most two
 TransactWriteItems per iteration (the write-ahead and the results), one read per read-only tool

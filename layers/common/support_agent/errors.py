@@ -1,4 +1,4 @@
-"""Errors that map to the HTTP contract (DESIGN.md's error table)."""
+"""Errors that map to the HTTP contract (docs/ARCHITECTURE.md's error table)."""
 
 from __future__ import annotations
 
