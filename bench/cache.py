@@ -117,7 +117,7 @@ def captured_turns(turns: list[tuple[str, list[list[dict[str, Any]]]]], **settin
     services, _ = our_agent("http://unused", **settings)
     services.agent.llm = AnthropicClient(api_key="k", model="claude-sonnet-4-5", transport=httpx.MockTransport(answer))
     from support_agent.auth import Principal
-    from support_agent.llm.base import Deadline
+    from support_agent.messages import Deadline
 
     cid = None
     per_turn = []

@@ -67,8 +67,8 @@ def our_agent(
     """(agent, turn(conversation_id, message)) on the given DynamoDB client (in memory by default)."""
     from devstack.seed import seed
     from support_agent.auth import Principal
-    from support_agent.llm.base import Deadline
     from support_agent.llm.factory import llm_client_from_settings
+    from support_agent.messages import Deadline
     from support_agent.observability import metrics
     from support_agent.wiring import build_chat_services
 

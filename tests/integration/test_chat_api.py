@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 
 from support_agent.agent import history as hist
-from support_agent.llm.base import Usage
+from support_agent.messages import Usage
 from tests.integration.conftest import Api
 from tests.support.openapi import assert_documented
 from tests.support.scripted import answer, tool_use, tools

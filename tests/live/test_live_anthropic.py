@@ -11,7 +11,7 @@ import os
 import pytest
 
 from support_agent.llm.anthropic import AnthropicClient
-from support_agent.llm.base import Deadline
+from support_agent.messages import Deadline
 
 pytestmark = [
     pytest.mark.live,

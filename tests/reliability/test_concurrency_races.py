@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from support_agent.approvals.decisions import ApprovalDecisions
 from support_agent.auth import Principal
 from support_agent.errors import Conflict
-from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmResponse
+from support_agent.messages import Deadline, Message, Usage
 from support_agent.store.approvals import ApprovalStore
 from support_agent.tools.registry import ToolContext
 from tests.reliability.checks import MotoSnapshot, World, check_conversation, check_money

@@ -23,7 +23,8 @@ import pytest
 
 from support_agent.approvals.sweep import ApprovalSweeper
 from support_agent.errors import Conflict
-from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmResponse
+from support_agent.messages import Deadline, Message, Usage
 from support_agent.store.approvals import ApprovalStore
 from tests.reliability.checks import MotoSnapshot, World, check_conversation, check_money
 from tests.reliability.figures import count

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from support_agent.agent.untrusted import unfence
-from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmResponse
+from support_agent.messages import Deadline, Message, Usage
 from support_agent.store.dynamo import to_item
 from tests.reliability.checks import (
     BackendWorld,

@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 
 from support_agent.errors import ModelError, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
-from support_agent.llm.base import Deadline, LlmResponse, Usage
+from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
+from support_agent.messages import Deadline, Usage
 from tests.reliability.checks import MotoSnapshot, World, check_conversation, sdk_problems
 from tests.reliability.conftest import CI, SLOW
 from tests.reliability.figures import count

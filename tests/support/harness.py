@@ -12,7 +12,7 @@ from devstack.seed import seed
 from support_agent.agent.loop import Agent, TurnResult
 from support_agent.auth import Principal
 from support_agent.config import Settings, load_settings
-from support_agent.llm.base import Deadline
+from support_agent.messages import Deadline
 from support_agent.store.audit import AuditStore
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.customer_data import CustomerDataStore

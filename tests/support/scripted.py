@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmResponse
+from support_agent.messages import Deadline, Message, Usage
 
 _ids = itertools.count(1)
 

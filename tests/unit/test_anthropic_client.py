@@ -20,9 +20,10 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from support_agent.config import Settings
 from support_agent.errors import ModelError, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient, build_body, encode_body, parse_response
-from support_agent.llm.base import Deadline, LlmResponse
+from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.factory import llm_client_from_settings
+from support_agent.messages import Deadline
 
 API_KEY = "sk-ant-test-0123456789"
 SYSTEM = "You are a support agent."

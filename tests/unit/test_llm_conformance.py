@@ -44,12 +44,13 @@ from support_agent.agent.untrusted import unfence
 from support_agent.config import Settings
 from support_agent.errors import ModelError, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
-from support_agent.llm.base import Block, Deadline, LlmClient, Usage
+from support_agent.llm.base import LlmClient
 from support_agent.llm.bedrock import BedrockClient
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.factory import llm_client_from_settings
 from support_agent.llm.openai import OpenAIClient
 from support_agent.llm.translate import INVALID_ARGUMENTS
+from support_agent.messages import Block, Deadline, Usage
 from tests.support.harness import FakeClock, Harness, make_harness
 
 MODEL = "claude-test"

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from devstack.simulated_model import OpenAIError, validate_openai
 from support_agent.agent import history as hist
 from support_agent.agent.model_output import TOOL_USE_ID
-from support_agent.llm.base import LlmResponse, Usage
+from support_agent.llm.base import LlmResponse
 from support_agent.llm.translate import (
     ERROR_PREFIX,
     INVALID_ARGUMENTS,
@@ -35,6 +35,7 @@ from support_agent.llm.translate import (
     parse_openai_response,
     tool_input,
 )
+from support_agent.messages import Usage
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

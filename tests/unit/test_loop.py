@@ -9,7 +9,7 @@ import pytest
 from support_agent.agent import history as hist
 from support_agent.agent.untrusted import unfence
 from support_agent.errors import ModelUnavailable, TokenBudgetExhausted
-from support_agent.llm.base import Usage
+from support_agent.messages import Usage
 from tests.support.harness import Harness
 from tests.support.scripted import answer, reply, text, tool_use, tools
 

@@ -32,8 +32,8 @@ from support_agent import wiring
 from support_agent.approvals.decisions import ApprovalDecisions
 from support_agent.approvals.sweep import ApprovalSweeper
 from support_agent.config import load_settings
-from support_agent.llm.base import Usage
 from support_agent.llm.factory import api_key_provider
+from support_agent.messages import Usage
 from support_agent.pricing import estimate_usd, price_for, price_table
 from support_agent.store.approvals import ApprovalStore
 from tests.support.aws import create_tables

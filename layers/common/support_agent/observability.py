@@ -34,7 +34,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer
 
-    from support_agent.llm.base import Usage
+    from support_agent.messages import Usage
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "support-agent"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "SupportAgent"

@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from support_agent.llm.base import Usage
+from support_agent.messages import Usage
 
 
 class Price(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from support_agent.llm.base import Block, Message
+from support_agent.messages import Block, Message
 from support_agent.store.conversations import StoredMessage
 
 

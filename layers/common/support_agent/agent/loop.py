@@ -23,7 +23,8 @@ from support_agent.auth import Principal
 from support_agent.config import Settings
 from support_agent.errors import ApiError, ModelUnavailable, TokenBudgetExhausted
 from support_agent.ids import new_conversation_id
-from support_agent.llm.base import Block, Deadline, LlmClient, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmClient, LlmResponse
+from support_agent.messages import Block, Deadline, Message, Usage
 from support_agent.pricing import estimate_usd, price_table
 from support_agent.store.audit import AuditRecord
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage

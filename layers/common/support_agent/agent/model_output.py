@@ -25,7 +25,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from support_agent.llm.base import Block
+from support_agent.messages import Block
 
 TOOL_USE_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")

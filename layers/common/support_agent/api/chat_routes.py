@@ -14,7 +14,7 @@ from support_agent.api.views import conversation_summary, conversation_view
 from support_agent.auth import require_customer
 from support_agent.errors import BadRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
-from support_agent.llm.base import Deadline
+from support_agent.messages import Deadline
 from support_agent.wiring import ChatServices, chat_services
 
 router = APIGatewayHttpRouter()

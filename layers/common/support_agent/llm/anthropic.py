@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from support_agent.errors import ModelError, ModelUnavailable
-from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import (
     DEFAULT_RETRY_AFTER,
@@ -45,6 +45,7 @@ from support_agent.llm.retry import (
 )
 from support_agent.llm.retry import SPEND_LIMIT as _SPEND_LIMIT
 from support_agent.llm.retry import Retryable as _Retryable
+from support_agent.messages import Deadline, Message, Usage
 
 log = logging.getLogger(__name__)
 

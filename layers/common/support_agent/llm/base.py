@@ -6,34 +6,12 @@ history: blocks must round-trip unchanged.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-Block = dict[str, Any]
-Message = dict[str, Any]
+from support_agent.messages import Block, Deadline, Message, Usage
 
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_input_tokens + other.cache_read_input_tokens,
-            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
-        )
-
-    @property
-    def total(self) -> int:
-        """What the conversation budget counts: all four fields."""
-        return self.input_tokens + self.output_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+__all__ = ["Block", "Deadline", "LlmClient", "LlmResponse", "Message", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -48,24 +26,6 @@ class LlmResponse:
 
     def text(self) -> str:
         return "".join(str(b.get("text", "")) for b in self.content if isinstance(b, dict) and b.get("type") == "text")
-
-
-@dataclass(frozen=True)
-class Deadline:
-    """An absolute point on a monotonic clock; the clock is injectable so tests control time."""
-
-    at: float
-    clock: Callable[[], float] = time.monotonic
-
-    @classmethod
-    def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
-        return cls(clock() + seconds, clock)
-
-    def remaining(self) -> float:
-        return self.at - self.clock()
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0
 
 
 class LlmClient(Protocol):

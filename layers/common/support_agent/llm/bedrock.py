@@ -39,10 +39,11 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from support_agent.errors import ModelError, ModelUnavailable
 from support_agent.llm.anthropic import encode_body, parse_response
-from support_agent.llm.base import Deadline, LlmResponse, Message
+from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import MAX_RETRY_AFTER, Retryable, RetryingClient, error_type, refused
 from support_agent.llm.translate import bedrock_body
+from support_agent.messages import Deadline, Message
 
 RETRYABLE_CODES = frozenset(
     {

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import httpx
 
 from support_agent.errors import ModelUnavailable
-from support_agent.llm.base import Deadline, LlmResponse, Message
+from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import (
     SPEND_LIMIT,
@@ -44,6 +44,7 @@ from support_agent.llm.retry import (
     retry_after_header,
 )
 from support_agent.llm.translate import openai_request, parse_openai_response
+from support_agent.messages import Deadline, Message
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import TypeVar
 import httpx
 
 from support_agent.errors import ModelError, ModelUnavailable
-from support_agent.llm.base import Deadline
 from support_agent.llm.breaker import CircuitBreaker
+from support_agent.messages import Deadline
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,8 @@ import re
 from typing import Any
 
 from support_agent.llm.anthropic import build_body
-from support_agent.llm.base import Block, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmResponse
+from support_agent.messages import Block, Message, Usage
 
 ERROR_PREFIX = "ERROR: "
 INVALID_ARGUMENTS = "invalid_json_arguments"

@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from support_agent.errors import Conflict, NotFound
-from support_agent.llm.base import Message, Usage
+from support_agent.messages import Message, Usage
 from support_agent.store.dynamo import (
     DynamoDBClient,
     dumps,

@@ -29,7 +29,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from support_agent.config import Settings
-from support_agent.llm.base import Block
+from support_agent.messages import Block
 from support_agent.store.audit import AuditRecord
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.dynamo import (
