@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from support_agent.agent import history as hist
@@ -65,6 +65,17 @@ _examples = itertools.count(1)
 # -- the world each example plays in: fresh orders, so every example starts with money to move ----------------
 
 
+@dataclass(frozen=True)
+class Ref:
+    """One of the example's order ids, filled in when the model speaks: an object, so no generated string
+    (a reason of "@", say) can be taken for one."""
+
+    name: str
+
+
+OWN_DELIVERED = Ref("own_delivered")
+
+
 @dataclass
 class Orders:
     own_delivered: int
@@ -74,8 +85,15 @@ class Orders:
     other_small: int
     other_invoices: tuple[int, int]
 
-    def resolve(self, ref: Any) -> Any:
-        return getattr(self, ref[1:]) if isinstance(ref, str) and ref.startswith("@") else ref
+    def resolve(self, value: Any) -> Any:
+        """A deep copy of `value` with each `Ref` replaced by its id; everything else, strings too, as drawn."""
+        if isinstance(value, Ref):
+            return getattr(self, value.name)
+        if isinstance(value, dict):
+            return {k: self.resolve(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.resolve(v) for v in value]
+        return value
 
     @property
     def other_ids(self) -> set[int]:
@@ -136,7 +154,7 @@ def put_orders(h: Harness, n: int) -> Orders:
 
 order_ref = st.one_of(
     st.sampled_from(
-        ["@own_delivered", "@own_shipped", "@own_processing", "@other_delivered", "@other_small", 2001, 2002]
+        [*map(Ref, ("own_delivered", "own_shipped", "own_processing", "other_delivered", "other_small")), 2001, 2002]
     ),
     st.sampled_from([0, -1, 1, 99_999_999, 2**31, 2**63, 10**30, 1042.0, 1042.5, "1042", "2001", True, None, [1042]]),
     st.integers(min_value=-(10**6), max_value=10**9),
@@ -244,7 +262,7 @@ def response(draw: st.DrawFn) -> dict[str, Any]:
     blocks = draw(st.lists(block, max_size=6))
     if special == 0:  # a swarm of tool calls in one response
         blocks = [
-            {"type": "tool_use", "id": "fresh", "name": "lookup_order", "input": {"order_id": "@own_delivered"}}
+            {"type": "tool_use", "id": "fresh", "name": "lookup_order", "input": {"order_id": OWN_DELIVERED}}
         ] * draw(st.sampled_from([9, 30, 65, 120]))  # above the per-turn cap, and above one transaction's 100 items
     elif special == 1:  # an answer far larger than any max_tokens
         blocks.append({"type": "text", "text": "A" * draw(st.sampled_from([120_000, 450_000]))})
@@ -267,7 +285,7 @@ session = st.lists(st.tuples(st.booleans(), turn_script), min_size=1, max_size=3
 class FuzzModel:
     orders: Orders | None = None
     script: list[dict[str, Any]] = field(default_factory=list)
-    ids: itertools.count = field(default_factory=lambda: itertools.count(1))  # type: ignore[type-arg]
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     calls: int = 0
     authored: set[int] = field(default_factory=set)  # ids the model wrote itself: echoing them is no leak
 
@@ -287,8 +305,10 @@ class FuzzModel:
         seen = _latest_results(messages)
         out: list[Any] = []
         last_id = None
+        assert self.orders is not None
         for raw in step["blocks"]:
-            b = json.loads(json.dumps(raw, default=str)) if isinstance(raw, dict) else raw
+            # Refs filled in, then a JSON round trip: a copy, and a loud failure on anything not JSON.
+            b = json.loads(json.dumps(self.orders.resolve(raw))) if isinstance(raw, dict) else raw
             if b.get("type") == "text" and b.get("text") == ECHO:
                 b["text"] = "You asked, here it is: " + (seen or "(nothing)")
             elif b.get("type") == "text":
@@ -300,9 +320,6 @@ class FuzzModel:
                     b["id"] = last_id or "toolu_dup"
                 if isinstance(b["id"], str):
                     last_id = b["id"]
-                if isinstance(b.get("input"), dict):
-                    assert self.orders is not None
-                    b["input"] = {k: self.orders.resolve(v) for k, v in b["input"].items()}
                 self.authored |= ints_in(b.get("input"))
             out.append(b)
         return LlmResponse(step["stop"], out, step["usage"], "fuzz")
@@ -403,6 +420,7 @@ def _property(harness: Harness) -> Any:
     snapshot = MotoSnapshot()
 
     @given(steps=session)
+    @example(steps=[(True, [_r("tool_use", {**_LOOKUP, "name": "escalate_to_human", "input": {"reason": "@"}})])])
     def prop(steps: list[tuple[bool, list[dict[str, Any]]]]) -> None:
         run_session(harness, model, world, snapshot, steps)
         count("1-hostile-model", examples=1)
@@ -427,7 +445,7 @@ def _r(stop: str, *blocks: dict[str, Any]) -> dict[str, Any]:
     return {"stop": stop, "blocks": list(blocks), "usage": Usage(10, 5)}
 
 
-_LOOKUP = {"type": "tool_use", "id": "fresh", "name": "lookup_order", "input": {"order_id": "@own_delivered"}}
+_LOOKUP = {"type": "tool_use", "id": "fresh", "name": "lookup_order", "input": {"order_id": OWN_DELIVERED}}
 FOUND = {
     # stored verbatim, the stray field made every later request one the API refuses
     "stray citations field": [_r("end_turn", {"type": "text", "text": "cited", "citations": "garbage"})],
@@ -466,6 +484,33 @@ def test_found_and_fixed(fuzz_harness: Harness, name: str) -> None:
     )
 
 
+FORGED = ("@", "@nonsense", "@own_delivered", "@other_small", "@__class__", "@resolve", "@@own_shipped", " @own")
+
+
+def test_only_refs_are_filled_in() -> None:
+    """Text the fuzz draws that looks like a reference reaches the tool as that text; only a `Ref` becomes an id.
+
+    The long run once died on the harness itself: a drawn reason of "@" was read as a reference (`getattr(orders, "")`).
+    """
+    orders = Orders(11, 12, 13, 21, 22, (25, 26))
+    forged = {f"arg{i}": text for i, text in enumerate(FORGED)}
+    nested = {"note": ["@own_delivered", OWN_DELIVERED, {"order_id": Ref("other_small")}]}
+    use = {"type": "tool_use", "id": "fresh", "name": "request_refund"}
+    model = FuzzModel(orders=orders)
+    model.script = [
+        _r(
+            "tool_use",
+            {**use, "input": {"order_id": OWN_DELIVERED, "reason": "@", **forged}},
+            {**use, "input": {"order_id": "@own_shipped", **nested}},
+            {"type": "text", "text": "@own_processing"},
+        )
+    ]
+    blocks = model.create("", [], []).content
+    assert blocks[0]["input"] == {"order_id": 11, "reason": "@", **forged}
+    assert blocks[1]["input"] == {"order_id": "@own_shipped", "note": ["@own_delivered", 11, {"order_id": 22}]}
+    assert blocks[2]["text"] == "@own_processing"
+
+
 def test_backend_reads_equal_api_reads(fuzz_harness: Harness) -> None:
     """The checks above read moto's tables directly (BackendWorld): they must see exactly what the API returns,
     or a property could pass on an empty read."""
@@ -473,7 +518,7 @@ def test_backend_reads_equal_api_reads(fuzz_harness: Harness) -> None:
     _agent_with_fuzz(fuzz_harness, model)
     fast = BackendWorld.of_settings(fuzz_harness.ddb, fuzz_harness.settings)
     api = World.of_settings(fuzz_harness.ddb, fuzz_harness.settings)
-    refund_input = {"order_id": "@own_delivered", "amount_cents": 700, "reason": "broken"}
+    refund_input = {"order_id": OWN_DELIVERED, "amount_cents": 700, "reason": "broken"}
     refund = {"type": "tool_use", "id": "r", "name": "request_refund", "input": refund_input}
     run_session(
         fuzz_harness,
