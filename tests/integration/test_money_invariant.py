@@ -22,7 +22,7 @@ from devstack.stack import Stack
 from support_agent.approvals.flow import execution_name, flow_input
 from support_agent.auth import Principal
 from support_agent.config import load_settings
-from support_agent.errors import ApiError
+from support_agent.errors import ServiceError
 from support_agent.store.approvals import StateConflict
 from support_agent.store.dynamo import to_item
 from support_agent.tools.registry import ToolContext
@@ -107,7 +107,7 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
                 return
             try:
                 decision = lead.decisions.approve(aid, "lead-1")
-            except ApiError:
+            except ServiceError:
                 return
             self.approved_by_lead.add(aid)
             assert decision.approval["status"] in ("APPROVED", "REFUNDED", "FAILED")
@@ -115,7 +115,7 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
         @rule(data=st.data())
         def reject(self, data: st.DataObject) -> None:
             if (aid := self._pick(data)) is not None:
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(ServiceError):
                     lead.decisions.reject(aid, "lead-1", "no")
 
         @rule(data=st.data())
@@ -143,7 +143,7 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
             if (aid := self._pick(data)) is None:
                 return
             action = data.draw(st.sampled_from(["retry", "release"]))
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(ServiceError):
                 getattr(lead.decisions, action)(aid, "lead-1")
 
         @invariant()

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from support_agent.agent import history as hist
 from support_agent.agent.untrusted import unfence
-from support_agent.errors import ApiError
+from support_agent.api.contract import status_and_code
+from support_agent.errors import ServiceError
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
 from support_agent.llm.breaker import CircuitBreaker
@@ -364,7 +365,7 @@ def _check_turn(h: Harness, world: World, orders: Orders, cid: str | None, outco
                 use = uses[b["tool_use_id"]]
                 found = leaks(str(b["content"]), OTHER_MARKERS, orders.other_ids, ints_in(use.get("input")))
                 assert not found, f"customer 8's data for customer 7: {found} in {b['content']!r} for {use!r}"
-    if outcome is not None and not isinstance(outcome, ApiError):
+    if outcome is not None and not isinstance(outcome, ServiceError):
         echoed = set(authored)
         for it in outcome.trace:
             for call in it["toolCalls"]:
@@ -392,9 +393,9 @@ def run_session(
             outcome = h.turn("hello", target)
             cid = outcome.conversation_id
             count("1-hostile-model", turns=1, **{f"stop_{outcome.stop_reason}": 1})
-        except ApiError as exc:  # a contract error (503, 429, 409...): fine, as long as nothing broke
+        except ServiceError as exc:  # a contract error (503, 429, 409...): fine, as long as nothing broke
             outcome = exc
-            count("1-hostile-model", turns=1, **{f"error_{exc.code}": 1})
+            count("1-hostile-model", turns=1, **{f"error_{status_and_code(exc)[1]}": 1})
             if target is None:
                 cid = _newest_conversation(world)
         count("1-hostile-model", model_responses=len(script) - len(model.script))

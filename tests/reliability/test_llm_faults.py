@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
@@ -157,7 +157,7 @@ def _property(h: Harness) -> Any:
         except ModelUnavailable as exc:
             assert exc.retry_after is not None and 1 <= exc.retry_after <= 3600, exc.retry_after
             count("7-llm-faults", turns_503=1)
-        except ModelError:
+        except ModelRefused:
             count("7-llm-faults", turns_502=1)
         elapsed = h.clock() - began
         assert elapsed <= TURN_SECONDS + 1e-6, f"the turn took {elapsed:.2f}s of a {TURN_SECONDS}s deadline"

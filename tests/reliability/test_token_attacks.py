@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from support_agent.auth import JWKS_MIN_REFETCH_SECONDS, Authenticator, Principal
 from support_agent.config import load_settings
-from support_agent.errors import Forbidden, Unauthorized
+from support_agent.errors import NotPermitted, Unauthenticated
 from tests.reliability.conftest import CI, SLOW
 from tests.reliability.figures import count
 
@@ -156,9 +156,9 @@ def claim_sets(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
 def outcome(token: str) -> str:
     try:
         p: Principal = HS.authenticate({"authorization": f"Bearer {token}"})
-    except Unauthorized:
+    except Unauthenticated:
         return "401"
-    except Forbidden:
+    except NotPermitted:
         return "403"
     return "lead" if p.role == "support_lead" else "customer"
 
@@ -315,7 +315,7 @@ def _jwks_property() -> Any:
                 try:
                     auth.authenticate({"authorization": f"Bearer {_rs_token(kid, key)}"})
                     accepted = True
-                except Unauthorized:
+                except Unauthenticated:
                     accepted = False
                 fetched_ok = len(issuer.attempts) > before and not issuer.down
                 if fetched_ok:

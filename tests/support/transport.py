@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from support_agent.errors import ApiError
+from support_agent.errors import ServiceError
 from tests.support.scripted import ScriptedModel
 
 
@@ -30,7 +30,7 @@ def scripted_transport(model: ScriptedModel) -> httpx.MockTransport:
             resp = model.create(system, body["messages"], body.get("tools", []), body.get("tool_choice"))
         except HttpFailure as f:
             return httpx.Response(f.status, json=f.body, headers=f.headers)
-        except ApiError as e:
+        except ServiceError as e:
             return httpx.Response(529, json={"type": "error", "error": {"type": "overloaded_error", "message": str(e)}})
         u = resp.usage
         return httpx.Response(

@@ -17,8 +17,9 @@ import pytest
 from anthropic.types import Message as SdkMessage
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
+from support_agent.api.contract import status_and_code
 from support_agent.config import Settings
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient, build_body, encode_body, parse_response
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
@@ -449,12 +450,12 @@ def test_malformed_200_body_is_retried_as_a_transient_fault() -> None:
 def test_other_4xx_fail_at_once_with_model_error_without_leaking_the_key(status: int, kind: str) -> None:
     t = FakeTime()
     script = Script(err(status, kind, f"bad thing with key {API_KEY}"))
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelRefused) as info:
         call(make_client(script, t))
     assert len(script.requests) == 1 and t.sleeps == []
     assert API_KEY not in str(info.value) and API_KEY not in info.value.message
     assert str(status) in info.value.message and kind in info.value.message
-    assert info.value.status == 502
+    assert status_and_code(info.value)[0] == 502
 
 
 @pytest.mark.parametrize(
@@ -472,7 +473,7 @@ def test_spend_limit_is_not_retried(response: httpx.Response) -> None:
     with pytest.raises(ModelUnavailable) as info:
         call(make_client(script, t))
     assert len(script.requests) == 1 and t.sleeps == []
-    assert info.value.retry_after == 3600 and info.value.status == 503
+    assert info.value.retry_after == 3600 and status_and_code(info.value)[0] == 503
 
 
 def test_retries_exhausted_raise_model_unavailable_with_retry_after() -> None:
@@ -587,7 +588,7 @@ def test_breaker_counts_a_retry_sequence_once_and_ignores_model_errors() -> None
     with pytest.raises(ModelUnavailable):
         call(client)  # three attempts, one failure
     assert breaker.state == "closed"
-    with pytest.raises(ModelError):
+    with pytest.raises(ModelRefused):
         call(client)  # the provider answered: the failure streak is reset
     script.steps = [err(503, "api_error")]
     with pytest.raises(ModelUnavailable):
@@ -708,7 +709,7 @@ def test_factory_secret_failure_is_transient_and_not_cached() -> None:
 def test_factory_without_a_key_fails_only_when_called() -> None:
     script = Script(ok())
     client = llm_client_from_settings(_settings(), transport=httpx.MockTransport(script))
-    with pytest.raises(ModelError, match="not configured"):
+    with pytest.raises(ModelRefused, match="not configured"):
         client.create(SYSTEM, HISTORY, TOOLS)
     assert script.requests == []
 

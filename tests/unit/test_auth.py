@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from devstack.tokens import DEFAULT_DEV_SECRET, main, mint_token
 from support_agent import auth as auth_module
+from support_agent.api.contract import error_body, status_and_code
 from support_agent.auth import (
     JWKS_MIN_REFETCH_SECONDS,
     MAX_TOKEN_BYTES,
@@ -25,7 +26,7 @@ from support_agent.auth import (
     require_role,
 )
 from support_agent.config import load_settings
-from support_agent.errors import Forbidden, Unauthorized
+from support_agent.errors import NotPermitted, Unauthenticated
 
 SECRET = DEFAULT_DEV_SECRET
 ISS = "support-agent-local"
@@ -68,10 +69,9 @@ def good_claims(**over: Any) -> dict[str, Any]:
 
 
 def assert_401(authenticator: Authenticator, headers: dict[str, str], message: str | None = None) -> None:
-    with pytest.raises(Unauthorized) as err:
+    with pytest.raises(Unauthenticated) as err:
         authenticator.authenticate(headers)
-    assert err.value.status == 401
-    assert err.value.body()["error"]["code"] == "unauthorized"
+    assert status_and_code(err.value) == (401, "unauthorized")
     token = headers.get("authorization", "").removeprefix("Bearer ")
     if len(token) > 10:
         assert token not in err.value.message
@@ -100,7 +100,7 @@ def test_header_name_and_scheme_case_insensitive(name: str, scheme: str) -> None
 
 @pytest.mark.parametrize("headers", [{}, {"x-other": "Bearer abc"}, None])
 def test_missing_header(headers: dict[str, str] | None) -> None:
-    with pytest.raises(Unauthorized, match="missing bearer token"):
+    with pytest.raises(Unauthenticated, match="missing bearer token"):
         hs_auth().authenticate(headers)
 
 
@@ -296,9 +296,9 @@ def test_configured_issuer_and_audience() -> None:
 @pytest.mark.parametrize("role", ["admin", "Customer", "support-lead", "", 1, ["admins"], None])
 def test_unknown_role_is_forbidden(role: Any) -> None:
     token = customer_token(extra={"role": role})  # None removes the claim
-    with pytest.raises(Forbidden) as err:
+    with pytest.raises(NotPermitted) as err:
         hs_auth().authenticate(bearer(token))
-    assert err.value.status == 403
+    assert status_and_code(err.value)[0] == 403
 
 
 def test_customer_without_customer_id() -> None:
@@ -333,9 +333,9 @@ def test_oversized_token_rejected_before_parsing(monkeypatch: pytest.MonkeyPatch
 
 def test_error_messages_never_echo_the_token() -> None:
     for token in [customer_token(issuer="evil"), customer_token(now=1), "a" * 40 + ".b.c"]:
-        with pytest.raises(Unauthorized) as err:
+        with pytest.raises(Unauthenticated) as err:
             hs_auth().authenticate(bearer(token))
-        assert token not in err.value.message and token not in json.dumps(err.value.body())
+        assert token not in err.value.message and token not in json.dumps(error_body(err.value))
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -345,14 +345,14 @@ def test_require_customer_and_role() -> None:
     customer = Principal("customer-7", "customer", 7)
     lead = Principal("lead-1", "support_lead")
     assert require_customer(customer) == 7
-    with pytest.raises(Forbidden):
+    with pytest.raises(NotPermitted):
         require_customer(lead)
     require_role(lead, "support_lead")
-    with pytest.raises(Forbidden):
+    with pytest.raises(NotPermitted):
         require_role(customer, "support_lead")
-    with pytest.raises(Forbidden):
+    with pytest.raises(NotPermitted):
         require_role(lead, "customer")
-    with pytest.raises(Unauthorized):
+    with pytest.raises(Unauthenticated):
         require_customer(Principal("odd", "customer", None))
 
 
@@ -617,9 +617,9 @@ def test_cognito_style_claims(rsa_key: rsa.RSAPrivateKey) -> None:
     lead = token(**{"cognito:groups": ["customer", "support_lead"]})
     assert authenticator.authenticate(lead) == Principal("3f1c-uuid", "support_lead", None)
     # The default claim names are not consulted once configured otherwise.
-    with pytest.raises(Forbidden):
+    with pytest.raises(NotPermitted):
         authenticator.authenticate(token(role="customer", customer_id=42))
-    with pytest.raises(Forbidden):
+    with pytest.raises(NotPermitted):
         authenticator.authenticate(token(**{"cognito:groups": ["admins"], "custom:customer_id": "42"}))
     assert_401(authenticator, token(**{"cognito:groups": ["customer"], "custom:customer_id": "4.2"}))
     assert_401(authenticator, token(**{"cognito:groups": ["customer"]}))

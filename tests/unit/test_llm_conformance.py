@@ -41,8 +41,9 @@ from devstack.seed import seed
 from devstack.simulated_model import validate_openai
 from support_agent.agent import history as hist
 from support_agent.agent.untrusted import unfence
+from support_agent.api.contract import status_and_code
 from support_agent.config import Settings
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import LlmClient
 from support_agent.llm.bedrock import BedrockClient
@@ -620,7 +621,7 @@ def test_a_transient_fault_mid_turn_is_retried_within_the_turn(h: Harness, wire:
 
 def test_a_refused_request_fails_the_first_call_and_stores_nothing(h: Harness, wire: Wire) -> None:
     wire.steps = [Fault("invalid")]
-    with pytest.raises(ModelError):
+    with pytest.raises(ModelRefused):
         h.turn("hello")
     assert len(wire.requests) == 1 and wire.sleeps == []
 
@@ -743,10 +744,10 @@ def test_retries_run_out_into_model_unavailable(solo: Wire) -> None:
     solo.steps = [Fault("unavailable")] * 3
     with pytest.raises(ModelUnavailable) as info:
         solo.client(FakeClock(), max_retries=2).create(SYSTEM, HISTORY, TOOLS)
-    assert len(solo.requests) == 3 and info.value.status == 503 and info.value.retry_after == 5
+    assert len(solo.requests) == 3 and status_and_code(info.value)[0] == 503 and info.value.retry_after == 5
 
 
-@pytest.mark.parametrize(("kind", "error"), [("invalid", ModelError), ("quota", ModelUnavailable)])
+@pytest.mark.parametrize(("kind", "error"), [("invalid", ModelRefused), ("quota", ModelUnavailable)])
 def test_faults_that_retrying_cannot_fix_are_not_retried(solo: Wire, kind: str, error: type[Exception]) -> None:
     solo.steps = [Fault(kind), answer("never")]
     with pytest.raises(error) as info:
@@ -901,7 +902,7 @@ def test_the_factory_builds_bedrock_lazily_in_the_profiles_region() -> None:
     )
     assert isinstance(pinned, BedrockClient) and pinned.region == "eu-west-1"
     missing = llm_client_from_settings(_settings(LLM_PROVIDER="bedrock"))
-    with pytest.raises(ModelError, match="BEDROCK_MODEL_ID"):
+    with pytest.raises(ModelRefused, match="BEDROCK_MODEL_ID"):
         missing.create(SYSTEM, HISTORY, TOOLS)
 
 
@@ -952,6 +953,6 @@ def test_bedrock_error_codes(code: str, status: int, retried: bool) -> None:
     if retried:
         assert client.create(SYSTEM, HISTORY, TOOLS).text() == "ok" and client.last_retries == 1
     else:
-        with pytest.raises(ModelError, match=code):
+        with pytest.raises(ModelRefused, match=code):
             client.create(SYSTEM, HISTORY, TOOLS)
     stubber.assert_no_pending_responses()

@@ -17,7 +17,8 @@ import pytest
 from botocore.exceptions import NoCredentialsError
 from botocore.stub import Stubber
 
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.api.contract import error_body, status_and_code
+from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.bedrock import BedrockClient
 from support_agent.llm.openai import OpenAIClient
@@ -37,15 +38,15 @@ def _http(status: int, body: Any) -> httpx.MockTransport:
     return httpx.MockTransport(lambda _r: httpx.Response(status, json=body))
 
 
-def _refusal(make: Any, caplog: pytest.LogCaptureFixture) -> ModelError:
-    with caplog.at_level(logging.WARNING), pytest.raises(ModelError) as info:
+def _refusal(make: Any, caplog: pytest.LogCaptureFixture) -> ModelRefused:
+    with caplog.at_level(logging.WARNING), pytest.raises(ModelRefused) as info:
         make().create("system", HISTORY, [])
     return info.value
 
 
-def _assert_redacted(err: ModelError, expected: str, caplog: pytest.LogCaptureFixture) -> None:
-    body = str(err.body())
-    assert err.status == 502 and err.code == "model_error"
+def _assert_redacted(err: ModelRefused, expected: str, caplog: pytest.LogCaptureFixture) -> None:
+    body = str(error_body(err))
+    assert status_and_code(err) == (502, "model_error")
     assert err.message == expected
     for secret in (ACCOUNT, ROLE, ARN, "not authorized", KEY):
         assert secret not in body
@@ -87,7 +88,7 @@ def test_bedrock_configuration_fault(caplog: pytest.LogCaptureFixture) -> None:
         def invoke_model(self, **_kw: Any) -> Any:
             raise NoCredentialsError()
 
-    with caplog.at_level(logging.WARNING), pytest.raises(ModelError) as info:
+    with caplog.at_level(logging.WARNING), pytest.raises(ModelRefused) as info:
         BedrockClient(model_id=ARN, client=NoCredentials()).create("system", HISTORY, [])
     assert info.value.message == "could not call Bedrock (NoCredentialsError)"
     assert "Unable to locate credentials" in caplog.text
@@ -99,4 +100,4 @@ def test_a_malformed_answer_names_no_content() -> None:
     client = AnthropicClient(api_key=KEY, model="m", transport=wire, max_retries=0, sleep=lambda _s: None)
     with pytest.raises(ModelUnavailable) as info:
         client.create("s", HISTORY, [])
-    assert info.value.status == 503 and ACCOUNT not in json.dumps(info.value.body())
+    assert status_and_code(info.value)[0] == 503 and ACCOUNT not in json.dumps(error_body(info.value))

@@ -9,6 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
+from support_agent.api.contract import status_and_code
 from support_agent.errors import RateLimited
 from support_agent.store.ratelimit import KEEP_SECONDS, TurnRateLimiter, counter_key, retry_after
 from tests.support.aws import create_tables
@@ -50,7 +51,7 @@ def test_counts_up_to_the_limit_then_refuses(tables: Tables) -> None:
     assert [rl.take(7) for _ in range(3)] == [1, 2, 3]
     with pytest.raises(RateLimited) as err:
         rl.take(7)
-    assert (err.value.status, err.value.code, err.value.retry_after) == (429, "rate_limited", 45)
+    assert (*status_and_code(err.value), err.value.retry_after) == (429, "rate_limited", 45)
     item = counter(tables, 7, MINUTE)
     assert item is not None
     assert item["count"] == {"N": "3"}  # a refused turn is not counted

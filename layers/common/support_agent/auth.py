@@ -25,7 +25,7 @@ from typing import Any, Literal
 import jwt
 
 from support_agent.config import Settings, get_settings
-from support_agent.errors import Forbidden, Unauthorized
+from support_agent.errors import NotPermitted, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -185,18 +185,18 @@ class JwksCache:
 def _bearer_token(headers: Mapping[str, str] | None) -> str:
     values = [v for k, v in (headers or {}).items() if isinstance(k, str) and k.lower() == "authorization"]
     if not values:
-        raise Unauthorized("missing bearer token")
+        raise Unauthenticated("missing bearer token")
     value = values[0]
     if any(v != value for v in values):
-        raise Unauthorized("invalid authorization header")
+        raise Unauthenticated("invalid authorization header")
     parts = value.split() if isinstance(value, str) else []
     if len(parts) != 2 or parts[0].lower() != "bearer":
-        raise Unauthorized("missing bearer token")
+        raise Unauthenticated("missing bearer token")
     token = parts[1]
     if len(token) > MAX_TOKEN_BYTES:
-        raise Unauthorized("token too large")
+        raise Unauthenticated("token too large")
     if not token.isascii() or not _TOKEN_SHAPE.fullmatch(token):
-        raise Unauthorized("invalid token")
+        raise Unauthenticated("invalid token")
     return token
 
 
@@ -212,18 +212,18 @@ def _role(value: Any) -> Role:
             return "support_lead"
         if "customer" in value:
             return "customer"
-    raise Forbidden("forbidden")
+    raise NotPermitted("forbidden")
 
 
 def _customer_id(value: Any) -> int:
     """A positive integer, or its decimal string (Cognito custom claims are strings); nothing else."""
     if isinstance(value, bool):
-        raise Unauthorized("invalid token")
+        raise Unauthenticated("invalid token")
     if isinstance(value, int) and 0 < value <= _MAX_CUSTOMER_ID:
         return value
     if isinstance(value, str) and _CUSTOMER_ID_DIGITS.fullmatch(value) and int(value) <= _MAX_CUSTOMER_ID:
         return int(value)
-    raise Unauthorized("invalid token")
+    raise Unauthenticated("invalid token")
 
 
 class Authenticator:
@@ -262,11 +262,11 @@ class Authenticator:
             raise ValueError("set JWT_JWKS_URL (production) or JWT_SECRET (local/dev) to verify tokens")
 
     def authenticate(self, headers: Mapping[str, str] | None) -> Principal:
-        """The verified Principal for a request's headers; Unauthorized (401) or Forbidden (403) otherwise."""
+        """The verified Principal for a request's headers; Unauthenticated (401) or NotPermitted (403) otherwise."""
         claims = self._verify(_bearer_token(headers))
         sub = claims.get("sub")
         if not isinstance(sub, str) or not sub.strip():
-            raise Unauthorized("invalid token")
+            raise Unauthenticated("invalid token")
         role = _role(claims.get(self._settings.jwt_role_claim))
         if role == "support_lead":
             # A lead acts on no customer's behalf, whatever the token says.
@@ -277,19 +277,19 @@ class Authenticator:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
-            raise Unauthorized("invalid token") from None
+            raise Unauthenticated("invalid token") from None
         alg = header.get("alg")
         # Checked before choosing a key, so "none" and HS/RS confusion never reach a verifier.
         if not isinstance(alg, str) or alg not in self._algorithms:
-            raise Unauthorized("invalid token")
+            raise Unauthenticated("invalid token")
         key: Any
         if self._jwks is not None:
             kid = header.get("kid")
             if kid is not None and not isinstance(kid, str):
-                raise Unauthorized("invalid token")
+                raise Unauthenticated("invalid token")
             key = self._jwks.get(kid, alg)
             if key is None:
-                raise Unauthorized("invalid token")
+                raise Unauthenticated("invalid token")
         else:
             key = self._secret
         try:
@@ -312,9 +312,9 @@ class Authenticator:
                 },
             )
         except jwt.ExpiredSignatureError:
-            raise Unauthorized("token expired") from None
+            raise Unauthenticated("token expired") from None
         except (jwt.PyJWTError, ValueError, TypeError):
-            raise Unauthorized("invalid token") from None
+            raise Unauthenticated("invalid token") from None
         self._check_lifetime(claims)
         return claims
 
@@ -324,9 +324,9 @@ class Authenticator:
         try:
             lifetime = float(claims["exp"]) - float(claims["iat"])
         except (KeyError, TypeError, ValueError, OverflowError):
-            raise Unauthorized("invalid token") from None
+            raise Unauthenticated("invalid token") from None
         if not lifetime <= self._settings.jwt_max_lifetime_seconds:  # also refuses NaN
-            raise Unauthorized("token lifetime too long")
+            raise Unauthenticated("token lifetime too long")
 
 
 @lru_cache(maxsize=4)
@@ -348,14 +348,14 @@ def authenticate(headers: Mapping[str, str] | None) -> Principal:
 
 
 def require_role(principal: Principal, role: Role) -> None:
-    """Forbidden (403) unless the principal has ``role``."""
+    """NotPermitted (403) unless the principal has ``role``."""
     if principal.role != role:
-        raise Forbidden("forbidden")
+        raise NotPermitted("forbidden")
 
 
 def require_customer(principal: Principal) -> int:
-    """The customer id every tool is keyed by; Forbidden for a non-customer."""
+    """The customer id every tool is keyed by; NotPermitted for a non-customer."""
     require_role(principal, "customer")
     if principal.customer_id is None:  # Authenticator never builds this; guards hand-made Principals
-        raise Unauthorized("invalid token")
+        raise Unauthenticated("invalid token")
     return principal.customer_id

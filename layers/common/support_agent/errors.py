@@ -1,60 +1,73 @@
-"""Errors that map to the HTTP contract (docs/ARCHITECTURE.md's error table)."""
+"""Domain errors: what went wrong, in the service's own terms.
+
+Stores, tools, the loop and the model adapters raise these; none of them knows HTTP. Only the edge
+(`api/contract.py`, used by `api/http.py`) turns one into the contract's status and code, so a sweep
+or a queue consumer that reuses a store gets an error it can act on, not an HTTP answer.
+"""
 
 from __future__ import annotations
 
 
-class ApiError(Exception):
-    status = 500
-    code = "internal_error"
+class ServiceError(Exception):
+    """Base of every error the service raises on purpose. ``kind`` names it in logs and metrics."""
+
+    kind = "internal_error"
 
     def __init__(self, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
 
-    def body(self) -> dict[str, dict[str, str]]:
-        return {"error": {"code": self.code, "message": self.message}}
+
+class InvalidRequest(ServiceError):
+    """The request (its body, parameters or headers) is malformed or breaks a limit on its shape."""
+
+    kind = "invalid_request"
 
 
-class BadRequest(ApiError):
-    status, code = 400, "bad_request"
+class Unauthenticated(ServiceError):
+    """No, a bad, an expired or a too long-lived credential."""
+
+    kind = "unauthenticated"
 
 
-class Unauthorized(ApiError):
-    status, code = 401, "unauthorized"
+class NotPermitted(ServiceError):
+    """The caller is who they say, but their role may not do this."""
+
+    kind = "not_permitted"
 
 
-class Forbidden(ApiError):
-    status, code = 403, "forbidden"
+class NotFound(ServiceError):
+    """Unknown, or not the caller's: the same answer, so ids cannot be probed."""
+
+    kind = "not_found"
 
 
-class NotFound(ApiError):
-    status, code = 404, "not_found"
+class Conflict(ServiceError):
+    """The change does not fit the current state (another turn holds the lease, a decided approval, ...)."""
+
+    kind = "conflict"
 
 
-class Conflict(ApiError):
-    status, code = 409, "conflict"
+class TooLarge(ServiceError):
+    kind = "too_large"
 
 
-class TooLarge(ApiError):
-    status, code = 413, "too_large"
+class TokenBudgetExhausted(ServiceError):
+    kind = "token_budget_exhausted"
 
 
-class TokenBudgetExhausted(ApiError):
-    status, code = 429, "token_budget_exhausted"
+class RateLimited(ServiceError):
+    kind = "rate_limited"
 
 
-class RateLimited(ApiError):
-    status, code = 429, "rate_limited"
-
-
-class ModelError(ApiError):
+class ModelRefused(ServiceError):
     """The model API refused the request (a 4xx other than 429): resending will not help."""
 
-    status, code = 502, "model_error"
+    kind = "model_error"
 
 
-class ModelUnavailable(ApiError):
-    """The model API is down, overloaded or too slow for the turn's deadline; the client may resend."""
+class ModelUnavailable(ServiceError):
+    """The model API is down, overloaded or too slow for the turn's deadline; the caller may resend."""
 
-    status, code = 503, "model_unavailable"
+    kind = "model_unavailable"

@@ -21,7 +21,7 @@ from support_agent.agent.prompt import SYSTEM_PROMPT
 from support_agent.agent.untrusted import fence
 from support_agent.auth import Principal
 from support_agent.config import Settings
-from support_agent.errors import ApiError, ModelUnavailable, TokenBudgetExhausted
+from support_agent.errors import ModelUnavailable, ServiceError, TokenBudgetExhausted
 from support_agent.ids import new_conversation_id
 from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
@@ -123,7 +123,7 @@ class Agent:
                 header = self.conversations.acquire_lease(
                     conversation_id, customer_id, request_id, int(self.clock()), lease_until
                 )
-            except ApiError:
+            except ServiceError:
                 raise  # 404 or 409: the lease is not ours
             except Exception:
                 # The lease may have been written with its answer lost: free it (conditional on owning it).
@@ -280,7 +280,7 @@ class _Turn:
             )
             try:
                 response = self._call_model(request, final, iteration)
-            except ApiError:
+            except ServiceError:
                 # Nothing of this turn stored yet: fail cleanly, the client may resend. Otherwise the
                 # history is complete and valid; if time ran out, say so rather than fail.
                 if pending_user is None and self.deadline.remaining() < MIN_MODEL_SECONDS:
@@ -333,7 +333,7 @@ class _Turn:
                     {"type": "none"} if final else None,
                     deadline=self.deadline,
                 )
-            except ApiError as exc:
+            except ServiceError as exc:
                 outcome = "unavailable" if isinstance(exc, ModelUnavailable) else "error"
                 span.annotate(outcome=outcome)
                 obs.model_call(
@@ -343,7 +343,7 @@ class _Turn:
                     latency_ms=obs.ms_since(started),
                     retries=int(getattr(llm, "last_retries", 0) or 0),
                     outcome=outcome,
-                    error=exc.code,
+                    error=exc.kind,
                 )
                 raise
             span.annotate(outcome="ok", stop_reason=response.stop_reason)

@@ -12,7 +12,7 @@ from support_agent.api import pagination
 from support_agent.api.responses import ChatResponse, ConversationList, ConversationView, Health, responses
 from support_agent.api.views import conversation_summary, conversation_view
 from support_agent.auth import require_customer
-from support_agent.errors import BadRequest, NotFound, TooLarge
+from support_agent.errors import InvalidRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.messages import Deadline
 from support_agent.wiring import ChatServices, chat_services
@@ -60,7 +60,7 @@ def chat(body: ChatRequest) -> dict[str, Any]:
     s = services.settings
     customer_id = require_customer(_principal())
     if not body.message.strip():
-        raise BadRequest("message: must not be blank")
+        raise InvalidRequest("message: must not be blank")
     if len(body.message) > s.max_message_chars:
         raise TooLarge(f"message is longer than {s.max_message_chars} characters")
     services.limiter.take(customer_id)  # before the lease and the model: a refused turn costs nothing

@@ -1,7 +1,7 @@
 """The HTTP error contract on Powertools' resolver, shared by every function.
 
 Every error is ``{"error": {"code", "message"}}``: validation answers 400 (not Powertools' 422),
-unknown routes 404, our `ApiError`s their own status (with Retry-After where the table says so).
+unknown routes 404, each domain error the status `api/contract.py` gives it (with Retry-After where the table says so).
 Authentication runs before validation, so an anonymous client learns nothing about the schema.
 """
 
@@ -20,8 +20,9 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
+from support_agent.api.contract import error_body, status_and_code
 from support_agent.auth import Principal, get_authenticator
-from support_agent.errors import ApiError, BadRequest, NotFound, TooLarge
+from support_agent.errors import InvalidRequest, NotFound, ServiceError, TooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +33,10 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     return Response(status_code=status, content_type=JSON, body=json.dumps(body), headers=headers or {})
 
 
-def error_response(exc: ApiError) -> Response[Any]:
+def error_response(exc: ServiceError) -> Response[Any]:
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
-    return json_response(exc.status, exc.body(), headers)
+    status, _code = status_and_code(exc)
+    return json_response(status, error_body(exc), headers)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -51,14 +53,14 @@ def build_resolver(public_paths: Iterable[str] = ("/api/health",)) -> APIGateway
 
     @app.exception_handler(RequestValidationError)
     def _bad_request(exc: RequestValidationError) -> Response:
-        return error_response(BadRequest(_validation_message(exc)))
+        return error_response(InvalidRequest(_validation_message(exc)))
 
     @app.exception_handler(RequestUnsupportedContentType)
     def _unsupported(_exc: RequestUnsupportedContentType) -> Response:  # body_problem answers first; never 415
-        return error_response(BadRequest("content-type: send the body as application/json"))
+        return error_response(InvalidRequest("content-type: send the body as application/json"))
 
-    @app.exception_handler(ApiError)
-    def _api_error(exc: ApiError) -> Response:
+    @app.exception_handler(ServiceError)
+    def _api_error(exc: ServiceError) -> Response:
         return error_response(exc)
 
     @app.not_found
@@ -149,11 +151,11 @@ def handle(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max
         return {"statusCode": resp.status_code, "headers": {"Content-Type": JSON}, "body": resp.body}
     problem = body_problem(event)
     if problem is not None:
-        resp = error_response(BadRequest(problem))
+        resp = error_response(InvalidRequest(problem))
         return {"statusCode": resp.status_code, "headers": {"Content-Type": JSON}, "body": resp.body}
     try:
         return app.resolve(canonical_content_type(event), context)
-    except ApiError as exc:  # raised by a middleware, outside the route's exception handlers
+    except ServiceError as exc:  # raised by a middleware, outside the route's exception handlers
         resp = error_response(exc)
         headers = {"Content-Type": JSON, **{k: v for k, v in resp.headers.items() if isinstance(v, str)}}
         return {"statusCode": resp.status_code, "headers": headers, "body": resp.body}

@@ -23,7 +23,7 @@ from support_agent.api.responses import (
 from support_agent.approvals.decisions import Decision, approval_view
 from support_agent.auth import MAX_CUSTOMER_ID, require_role
 from support_agent.config import get_settings
-from support_agent.errors import BadRequest, Conflict, NotFound
+from support_agent.errors import Conflict, InvalidRequest, NotFound
 from support_agent.ids import CONVERSATION_ID
 from support_agent.store.approvals import STATUSES
 from support_agent.store.erasure import conversation_eraser
@@ -222,11 +222,11 @@ def audit(
 ) -> dict[str, Any]:
     _lead()
     if (conversationId is None) == (customerId is None):
-        raise BadRequest("give exactly one of conversationId or customerId")
+        raise InvalidRequest("give exactly one of conversationId or customerId")
     store = lead_services().audit
     if conversationId is not None:
         if not CONVERSATION_ID.match(conversationId):
-            raise BadRequest("conversationId: invalid")
+            raise InvalidRequest("conversationId: invalid")
         rows, last = store.conversation_trail(conversationId), None
     else:
         assert customerId is not None

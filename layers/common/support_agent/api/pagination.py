@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError, ParamValidationError
 
-from support_agent.errors import BadRequest
+from support_agent.errors import InvalidRequest
 from support_agent.store.dynamo import error_code
 
 T = TypeVar("T")
@@ -25,9 +25,9 @@ def decode(token: str | None, valid: Callable[[dict[str, Any]], bool] = lambda _
     try:
         key = json.loads(base64.urlsafe_b64decode(token.encode()))
     except (ValueError, TypeError):
-        raise BadRequest("nextToken: invalid") from None
+        raise InvalidRequest("nextToken: invalid") from None
     if not isinstance(key, dict) or not valid(key):
-        raise BadRequest("nextToken: invalid")
+        raise InvalidRequest("nextToken: invalid")
     return key
 
 
@@ -44,4 +44,4 @@ def page(
     except (ParamValidationError, ClientError) as exc:
         if start is None or (isinstance(exc, ClientError) and error_code(exc) != "ValidationException"):
             raise
-        raise BadRequest("nextToken: invalid") from None
+        raise InvalidRequest("nextToken: invalid") from None

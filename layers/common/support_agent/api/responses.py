@@ -11,19 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.errors import (
-    ApiError,
-    BadRequest,
-    Conflict,
-    Forbidden,
-    ModelError,
-    ModelUnavailable,
-    NotFound,
-    RateLimited,
-    TokenBudgetExhausted,
-    TooLarge,
-    Unauthorized,
-)
+from support_agent.api.contract import CONTRACT
 
 
 class _Shape(BaseModel):
@@ -44,17 +32,9 @@ class ErrorBody(_Shape):
     error: ErrorDetail
 
 
-_ERRORS: dict[int, tuple[type[ApiError], ...]] = {
-    400: (BadRequest,),
-    401: (Unauthorized,),
-    403: (Forbidden,),
-    404: (NotFound,),
-    409: (Conflict,),
-    413: (TooLarge,),
-    429: (TokenBudgetExhausted, RateLimited),
-    502: (ModelError,),
-    503: (ModelUnavailable,),
-}
+_CODES: dict[int, list[str]] = {}
+for _status, _code in CONTRACT.values():
+    _CODES.setdefault(_status, []).append(_code)
 _WHY = {
     400: "Malformed JSON, wrong types, unknown or missing fields",
     401: "No, bad or expired bearer token",
@@ -70,7 +50,7 @@ RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before resending"
 
 
 def error_response(status: int) -> dict[str, Any]:
-    codes = ", ".join(f"`{e.code}`" for e in _ERRORS[status])
+    codes = ", ".join(f"`{code}`" for code in _CODES[status])
     out: dict[str, Any] = {
         "description": f"{_WHY[status]} ({codes})",
         "content": {"application/json": {"model": ErrorBody}},

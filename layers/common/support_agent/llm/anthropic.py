@@ -10,7 +10,7 @@ Error mapping (docs/ARCHITECTURE.md's error table):
   the next wait would cross the deadline → `ModelUnavailable` (503) with a `retry_after` for clients.
 * A spend / billing limit (a 4xx whose error says so) is not retried: resending will not help for a
   long time, yet nothing is wrong with the request, so → `ModelUnavailable` with `retry_after=3600`.
-* Any other 4xx → `ModelError` (502), no retry: the same request would be refused again. The body names
+* Any other 4xx → `ModelRefused` (502), no retry: the same request would be refused again. The body names
   the HTTP status and error type only; the provider's message goes to the log (`retry.refused`).
 * A 200 whose body is not a Messages API response (bad JSON, no `content`/`stop_reason`) →
   retried, then `ModelUnavailable`: in practice that is a proxy or gateway fault, not our request.
@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import (
@@ -114,7 +114,7 @@ class AnthropicClient(RetryingClient):
         self._begin()
         key = self._api_key() if callable(self._api_key) else self._api_key
         if not key:
-            raise ModelError("model API key not configured")
+            raise ModelRefused("model API key not configured")
         content = encode_body(build_body(self.model, self.max_tokens, system, messages, tools, tool_choice))
         headers = {
             "x-api-key": key,

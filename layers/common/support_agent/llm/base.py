@@ -29,7 +29,7 @@ class LlmResponse:
 
 
 class LlmClient(Protocol):
-    """One call to the model. Raises `ModelUnavailable` (retryable, 503) or `ModelError` (502)."""
+    """One call to the model. Raises `ModelUnavailable` (retryable, 503) or `ModelRefused` (502)."""
 
     def create(
         self,

@@ -14,7 +14,7 @@ Retries follow `llm/retry.py`, the same policy as the HTTP adapters: ThrottlingE
 ServiceUnavailableException, ModelNotReadyException, InternalServerException,
 ModelTimeoutException, 429/5xx and connection faults are retried; botocore's own retries are off
 so they cannot stack. A ServiceQuotaExceededException → `ModelUnavailable` at once; any other
-client error (validation, access denied, unknown model) → `ModelError`, whose body names the error
+client error (validation, access denied, unknown model) → `ModelRefused`, whose body names the error
 code only (`retry.refused`: the message, with its account id, role and ARNs, goes to the log).
 
 The deadline: botocore's read timeout is fixed per client, so with a deadline each attempt runs
@@ -37,7 +37,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import encode_body, parse_response
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
@@ -131,7 +131,7 @@ class BedrockClient(RetryingClient):
     ) -> LlmResponse:
         self._begin()
         if not self.model_id:
-            raise ModelError("Bedrock model id (BEDROCK_MODEL_ID) not configured")
+            raise ModelRefused("Bedrock model id (BEDROCK_MODEL_ID) not configured")
         body = encode_body(bedrock_body(self.max_tokens, system, messages, tools, tool_choice))
         return self._retried(lambda: self._attempt(body, deadline), deadline)
 
@@ -151,7 +151,7 @@ class BedrockClient(RetryingClient):
             raise Retryable(type(exc).__name__) from None
         except BotoCoreError as exc:  # no credentials, bad region, ...: configuration, not the provider
             log.warning("could not call Bedrock (%s): %s", type(exc).__name__, exc)  # may name the endpoint
-            raise ModelError(f"could not call Bedrock ({type(exc).__name__})") from None
+            raise ModelRefused(f"could not call Bedrock ({type(exc).__name__})") from None
         try:
             return parse_response(json.loads(raw))
         except ValueError as exc:

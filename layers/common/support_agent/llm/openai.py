@@ -11,7 +11,7 @@ Error mapping:
   `ModelUnavailable` (503).
 * Out of quota or credit (`insufficient_quota`, or a 4xx saying "billing", "credit", "spend") →
   `ModelUnavailable` with `retry_after=3600`, not retried.
-* Any other 4xx → `ModelError` (502), not retried; its body names the status and error code only, the
+* Any other 4xx → `ModelRefused` (502), not retried; its body names the status and error code only, the
   provider's message (the key scrubbed) goes to the log.
 
 `base_url` ends where the OpenAI SDK's does (`https://api.openai.com/v1`, `http://localhost:11434/v1`):

@@ -4,10 +4,10 @@ One place decides when a failed model call is tried again, so the three provider
 rules (docs/ARCHITECTURE.md, rule 4): exponential backoff with full jitter, or the server's own `retry-after`;
 never an attempt after the turn's deadline, never a sleep that would cross it; when retries run out
 → `ModelUnavailable` (503) with a `retry_after` for clients. An adapter only says, per attempt,
-whether a failure is worth repeating (raise `Retryable`) or final (`ModelError`/`ModelUnavailable`).
+whether a failure is worth repeating (raise `Retryable`) or final (`ModelRefused`/`ModelUnavailable`).
 
 Breaker bookkeeping: a whole call that ended in `ModelUnavailable` after at least one attempt is one
-failure; a `ModelError` means the provider answered, so it counts as a success for the breaker.
+failure; a `ModelRefused` means the provider answered, so it counts as a success for the breaker.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import httpx
 
-from support_agent.errors import ModelError, ModelUnavailable
+from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.messages import Deadline
 
@@ -50,7 +50,7 @@ def error_type(value: str) -> str:
     return value if _ERROR_TYPE.fullmatch(value) else ""
 
 
-def refused(reason: str, detail: str, secret: str = "") -> ModelError:
+def refused(reason: str, detail: str, secret: str = "") -> ModelRefused:
     """The 502 for a request the provider refused: its error type at most, its own words only in our log.
 
     A provider's message can name the account id, the role and the model ARN (a Bedrock AccessDenied):
@@ -59,7 +59,7 @@ def refused(reason: str, detail: str, secret: str = "") -> ModelError:
     if secret:
         detail = detail.replace(secret, "***")
     log.warning("model API refused the request (%s): %s", reason, detail[:1000])
-    return ModelError(f"the model API refused the request ({reason})")
+    return ModelRefused(f"the model API refused the request ({reason})")
 
 
 class Retryable(Exception):
@@ -160,7 +160,7 @@ def call_with_retries(
         else:
             breaker.release()
         raise
-    except ModelError:
+    except ModelRefused:
         breaker.record_success()  # the provider answered; the request was at fault
         raise
     except BaseException:

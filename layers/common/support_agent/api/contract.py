@@ -1,0 +1,47 @@
+"""The HTTP contract's error table: each domain error's status and code (docs/ARCHITECTURE.md).
+
+The one place a domain error becomes HTTP. Every error body is ``{"error": {"code", "message"}}``;
+429 and 503 carry ``Retry-After`` when the error knows it.
+"""
+
+from __future__ import annotations
+
+from support_agent.errors import (
+    Conflict,
+    InvalidRequest,
+    ModelRefused,
+    ModelUnavailable,
+    NotFound,
+    NotPermitted,
+    RateLimited,
+    ServiceError,
+    TokenBudgetExhausted,
+    TooLarge,
+    Unauthenticated,
+)
+
+CONTRACT: dict[type[ServiceError], tuple[int, str]] = {
+    InvalidRequest: (400, "bad_request"),
+    Unauthenticated: (401, "unauthorized"),
+    NotPermitted: (403, "forbidden"),
+    NotFound: (404, "not_found"),
+    Conflict: (409, "conflict"),
+    TooLarge: (413, "too_large"),
+    TokenBudgetExhausted: (429, "token_budget_exhausted"),
+    RateLimited: (429, "rate_limited"),
+    ModelRefused: (502, "model_error"),
+    ModelUnavailable: (503, "model_unavailable"),
+}
+INTERNAL = (500, "internal_error")
+
+
+def status_and_code(exc: ServiceError) -> tuple[int, str]:
+    """The contract's answer for ``exc``: its own class's entry, else its nearest ancestor's."""
+    for cls in type(exc).__mro__:
+        if cls in CONTRACT:
+            return CONTRACT[cls]
+    return INTERNAL
+
+
+def error_body(exc: ServiceError) -> dict[str, dict[str, str]]:
+    return {"error": {"code": status_and_code(exc)[1], "message": exc.message}}
