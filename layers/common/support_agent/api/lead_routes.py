@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import json
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Annotated, Any, Literal, TypeVar
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_snake
 
 from support_agent.api import pagination
 from support_agent.api.http import JSON, principal
@@ -15,19 +19,17 @@ from support_agent.api.responses import (
     Approval,
     ApprovalList,
     AuditPage,
+    AuditRecord,
     ErasureResult,
     Handoff,
     HandoffList,
     responses,
 )
-from support_agent.approvals.decisions import Decision, approval_view
+from support_agent.approvals.decisions import Decision
 from support_agent.auth import MAX_CUSTOMER_ID, require_role
-from support_agent.config import get_settings
-from support_agent.errors import Conflict, InvalidRequest, NotFound
+from support_agent.errors import InvalidRequest
 from support_agent.ids import CONVERSATION_ID
 from support_agent.store.approvals import STATUSES
-from support_agent.store.erasure import conversation_eraser
-from support_agent.store.handoffs import HandoffConflict
 from support_agent.wiring import lead_services
 
 router = APIGatewayHttpRouter()
@@ -57,6 +59,37 @@ def _lead() -> str:
     return p.sub
 
 
+@cache
+def _sources(shape: type[BaseModel]) -> dict[str, str]:
+    return {name: to_snake(name) for name in shape.model_fields}
+
+
+def _view(shape: type[BaseModel], item: Mapping[str, Any], **given: Any) -> dict[str, Any]:
+    """The documented ``shape`` read from a stored item's snake_case attributes (null when absent), ``given``
+    overriding: the response model is the one list of a view's fields, so the two cannot drift apart."""
+    return {name: item.get(source) for name, source in _sources(shape).items()} | given
+
+
+def approval_view(a: Mapping[str, Any]) -> dict[str, Any]:
+    return _view(Approval, a)
+
+
+def handoff_view(h: Mapping[str, Any]) -> dict[str, Any]:
+    return _view(Handoff, h, handoffId=h["approval_id"])  # hand-offs share the Approvals table's key
+
+
+def audit_view(r: Mapping[str, Any]) -> dict[str, Any]:
+    """Input and output are stored as JSON text: shown parsed (as stored when not JSON)."""
+
+    def parse(v: Any) -> Any:
+        try:
+            return json.loads(v) if isinstance(v, str) else v
+        except ValueError:
+            return v
+
+    return _view(AuditRecord, r, input=parse(r.get("input")), output=parse(r.get("output")))
+
+
 def _answer(decision: Decision) -> Response[dict[str, Any]]:
     """200 when the decision is final, 202 while RefundFlow still runs."""
     return Response(200 if decision.done else 202, JSON, approval_view(decision.approval))
@@ -67,6 +100,21 @@ _DECIDED = {
     "poll GET /api/approvals/{approvalId}"
 }
 _LEAD = ["support lead"]
+_DECISION_ERRORS = (401, 403, 404, 409)
+_Route = TypeVar("_Route", bound=Callable[..., Any])
+
+
+def _decision(
+    verb: str, summary: str, description: str | None = None, errors: tuple[int, ...] = _DECISION_ERRORS
+) -> Callable[[_Route], _Route]:
+    """POST /api/approvals/{id}/<verb>: answers the approval, 200 once final and 202 while RefundFlow runs."""
+    return router.post(
+        f"/api/approvals/<approval_id>/{verb}",
+        summary=summary,
+        description=description,
+        responses=responses(Approval, *errors, also=_DECIDED),
+        tags=_LEAD,
+    )
 
 
 @router.get(
@@ -95,63 +143,33 @@ def get_approval(approval_id: str) -> dict[str, Any]:
     return approval_view(lead_services().decisions.get(approval_id))
 
 
-@router.post(
-    "/api/approvals/<approval_id>/approve",
-    summary="Approve a PENDING refund and run RefundFlow",
+@_decision(
+    "approve",
+    "Approve a PENDING refund and run RefundFlow",
     description=(
         "200 when the refund finished (REFUNDED or FAILED) within APPROVAL_WAIT_SECONDS, 202 (APPROVED) while it "
         "runs or when it could not be started (the sweep starts it). 409 when it is not PENDING, or was created "
         "more than APPROVAL_TTL_HOURS ago (expired, even before the sweep marks it EXPIRED)."
     ),
-    responses=responses(Approval, 401, 403, 404, 409, also=_DECIDED),
-    tags=_LEAD,
 )
 def approve(approval_id: str) -> Response[dict[str, Any]]:
     return _answer(lead_services().decisions.approve(approval_id, _lead()))
 
 
-@router.post(
-    "/api/approvals/<approval_id>/reject",
-    summary="Reject a PENDING refund (its reservation is released)",
-    responses=responses(Approval, 400, 401, 403, 404, 409, also=_DECIDED),
-    tags=_LEAD,
-)
+@_decision("reject", "Reject a PENDING refund (its reservation is released)", errors=(400, *_DECISION_ERRORS))
 def reject(approval_id: str, body: RejectRequest | None = None) -> Response[dict[str, Any]]:
     lead = _lead()
     return _answer(lead_services().decisions.reject(approval_id, lead, body.reason if body else None))
 
 
-@router.post(
-    "/api/approvals/<approval_id>/retry",
-    summary="Run RefundFlow again for a FAILED approval",
-    responses=responses(Approval, 401, 403, 404, 409, also=_DECIDED),
-    tags=_LEAD,
-)
+@_decision("retry", "Run RefundFlow again for a FAILED approval")
 def retry(approval_id: str) -> Response[dict[str, Any]]:
     return _answer(lead_services().decisions.retry(approval_id, _lead()))
 
 
-@router.post(
-    "/api/approvals/<approval_id>/release",
-    summary="Give up on a FAILED approval (its reservation is released)",
-    responses=responses(Approval, 401, 403, 404, 409, also=_DECIDED),
-    tags=_LEAD,
-)
+@_decision("release", "Give up on a FAILED approval (its reservation is released)")
 def release(approval_id: str) -> Response[dict[str, Any]]:
     return _answer(lead_services().decisions.release(approval_id, _lead()))
-
-
-def handoff_view(h: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "handoffId": h["approval_id"],
-        "status": h.get("status"),
-        "customerId": h.get("customer_id"),
-        "conversationId": h.get("conversation_id"),
-        "reason": h.get("reason"),
-        "createdAt": h.get("created_at"),
-        "closedBy": h.get("closed_by"),
-        "closedAt": h.get("closed_at"),
-    }
 
 
 @router.get("/api/handoffs", summary="List hand-offs", responses=responses(HandoffList, 400, 401, 403), tags=_LEAD)
@@ -176,37 +194,7 @@ def list_handoffs(
 def close_handoff(handoff_id: str, body: CloseRequest | None = None) -> dict[str, Any]:
     lead = _lead()
     services = lead_services()
-    try:
-        return handoff_view(services.handoffs.close(handoff_id, lead, services.now(), body.note if body else None))
-    except HandoffConflict as exc:
-        if exc.current is None:
-            raise NotFound("hand-off not found") from None
-        raise Conflict(f"hand-off is {exc.current.get('status')}") from None
-
-
-def audit_view(r: dict[str, Any]) -> dict[str, Any]:
-    import json
-
-    def parse(v: Any) -> Any:
-        try:
-            return json.loads(v) if isinstance(v, str) else v
-        except ValueError:
-            return v
-
-    return {
-        "eventId": r.get("event_id"),
-        "action": r.get("action"),
-        "tool": r.get("tool"),
-        "input": parse(r.get("input")),
-        "output": parse(r.get("output")),
-        "outcome": r.get("outcome"),
-        "actor": r.get("actor"),
-        "conversationId": r.get("conversation_id"),
-        "approvalId": r.get("approval_id"),
-        "customerId": r.get("customer_id"),
-        "requestId": r.get("request_id"),
-        "createdAt": r.get("created_at"),
-    }
+    return handoff_view(services.handoffs.close(handoff_id, lead, services.now(), body.note if body else None))
 
 
 @router.get(
@@ -255,9 +243,7 @@ def erase_customer(
 ) -> dict[str, Any]:
     lead = _lead()
     request_id = router.current_event.request_context.request_id or "local"
-    report = conversation_eraser(get_settings()).erase_customer(
-        customer_id, lead, request_id, body.reason if body else None
-    )
+    report = lead_services().eraser.erase_customer(customer_id, lead, request_id, body.reason if body else None)
     return {
         "customerId": report.customer_id,
         "conversations": report.conversations,

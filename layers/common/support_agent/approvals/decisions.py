@@ -39,27 +39,18 @@ class Decision:
     done: bool  # False while RefundFlow still runs (202)
 
 
+@dataclass(frozen=True)
 class ApprovalDecisions:
-    def __init__(
-        self,
-        store: ApprovalStore,
-        sfn: Any,
-        state_machine_arn: str,
-        wait_seconds: float,
-        now: Callable[[], str],
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        ttl: timedelta | None = None,
-    ) -> None:
-        """``now`` gives the ISO-8601 time of decisions; ``ttl`` (APPROVAL_TTL_HOURS) bounds approve."""
-        self.store = store
-        self._sfn = sfn
-        self._arn = state_machine_arn
-        self._wait = wait_seconds
-        self._now = now
-        self._sleep = sleep
-        self._clock = clock
-        self._ttl = ttl
+    """``now`` gives the ISO-8601 time of decisions; ``ttl`` (APPROVAL_TTL_HOURS) bounds approve."""
+
+    store: ApprovalStore
+    sfn: Any
+    state_machine_arn: str
+    wait_seconds: float
+    now: Callable[[], str]
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    ttl: timedelta | None = None
 
     def get(self, approval_id: str) -> dict[str, Any]:
         approval = self.store.get(approval_id) if APPROVAL_ID.match(approval_id) else None
@@ -72,7 +63,7 @@ class ApprovalDecisions:
     def _start_and_await(self, approval_id: str, retry: int = 0) -> Decision:
         """Start the attempt (a repeat is a no-op) and wait for it; 202 with the approval if the start fails."""
         try:
-            start_flow(self._sfn, self._arn, approval_id, retry)
+            start_flow(self.sfn, self.state_machine_arn, approval_id, retry)
         except (ClientError, BotoCoreError):
             # Throttled, timed out, unreachable: the approval is APPROVED and the sweep owns it now.
             logger.exception("could not start RefundFlow; the sweep will", extra={"approval_id": approval_id})
@@ -80,29 +71,28 @@ class ApprovalDecisions:
         return self._await(approval_id)
 
     def _await(self, approval_id: str) -> Decision:
-        until = self._clock() + self._wait
+        until = self.clock() + self.wait_seconds
         while True:
             approval = self.get(approval_id)
             if approval["status"] in FINAL:
                 return Decision(approval, True)
-            if self._clock() >= until:
+            if self.clock() >= until:
                 return Decision(approval, False)
-            self._sleep(0.1)
+            self.sleep(0.1)
 
     def approve(self, approval_id: str, lead: str) -> Decision:
         self.get(approval_id)
-        now = self._now()
+        now = self.now()
         try:
             self.store.approve(approval_id, lead, now, self._not_created_before(now))
         except StateConflict as exc:
-            status = (exc.current or {}).get("status")
-            if status in ("REFUNDED", "FAILED"):
+            if exc.status in FINAL:
                 return Decision(self.get(approval_id), True)
-            if status == "PENDING" and self._ttl is not None:  # still PENDING: the TTL condition refused it
-                hours = int(self._ttl.total_seconds() // 3600)
+            if exc.status == "PENDING" and self.ttl is not None:  # still PENDING: the TTL condition refused it
+                hours = int(self.ttl.total_seconds() // 3600)
                 raise Conflict(f"approval expired: it was not decided within {hours} hours") from None
-            if status != "APPROVED":
-                raise Conflict(f"approval is {status}; it cannot be approved") from None
+            if exc.status != "APPROVED":
+                raise Conflict(f"{exc.message}; it cannot be approved") from None
             # Approved before (perhaps by a request that died before starting the flow): ensure it runs.
             return self._start_and_await(approval_id, int((exc.current or {}).get("retries", 0)))
         obs.emit(obs.APPROVALS_APPROVED)
@@ -110,72 +100,57 @@ class ApprovalDecisions:
 
     def _not_created_before(self, now: str) -> str | None:
         """The oldest ``created_at`` still approvable: what the sweep would not yet expire."""
-        if self._ttl is None:
+        if self.ttl is None:
             return None
-        moment = datetime.fromisoformat(now.replace("Z", "+00:00")) - self._ttl
+        moment = datetime.fromisoformat(now.replace("Z", "+00:00")) - self.ttl
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def reject(self, approval_id: str, lead: str, reason: str | None) -> Decision:
-        self.get(approval_id)
-        try:
-            approval = self.store.release(
-                approval_id, "PENDING", "REJECTED", lead, "approval_rejected", self._now(), reason
-            )
-        except StateConflict as exc:
-            status = (exc.current or {}).get("status")
-            if status == "REJECTED":
-                return Decision(self.get(approval_id), True)
-            raise Conflict(f"approval is {status}; it cannot be rejected") from None
-        except ReservationMissing as exc:
-            raise _reservation_conflict(exc) from None
-        obs.emit(obs.APPROVALS_REJECTED)
-        return Decision(approval, True)
+        return self._give_back(approval_id, lead, _REJECT, reason)
 
     def retry(self, approval_id: str, lead: str) -> Decision:
         self.get(approval_id)
         try:
-            approval = self.store.mark_retry(approval_id, lead, self._now())
+            approval = self.store.mark_retry(approval_id, lead, self.now())
         except StateConflict as exc:
-            status = (exc.current or {}).get("status")
-            raise Conflict(f"approval is {status}; only a FAILED refund can be retried") from None
+            raise Conflict(f"{exc.message}; only a FAILED refund can be retried") from None
         obs.emit(obs.REFUND_RETRIES)
         return self._start_and_await(approval_id, int(approval.get("retries", 1)))
 
     def release(self, approval_id: str, lead: str) -> Decision:
+        return self._give_back(approval_id, lead, _RELEASE)
+
+    def _give_back(self, approval_id: str, lead: str, end: _GiveBack, reason: str | None = None) -> Decision:
+        """A decision that returns the reservation; asked again once it holds, it answers the approval as it is."""
         self.get(approval_id)
         try:
-            approval = self.store.release(approval_id, "FAILED", "RELEASED", lead, "approval_released", self._now())
+            approval = self.store.release(
+                approval_id, end.from_status, end.to_status, lead, end.action, self.now(), reason
+            )
         except StateConflict as exc:
-            status = (exc.current or {}).get("status")
-            if status == "RELEASED":
+            if exc.status == end.to_status:
                 return Decision(self.get(approval_id), True)
-            raise Conflict(f"approval is {status}; only a FAILED refund can be released") from None
-        except ReservationMissing as exc:
-            raise _reservation_conflict(exc) from None
-        obs.emit(obs.APPROVALS_RELEASED)
+            raise Conflict(f"{exc.message}; {end.refusal}") from None
+        except ReservationMissing:
+            # The order was changed outside the code: nothing moved; a person must reconcile it (OPERATIONS.md).
+            logger.error("order does not hold the approval's reservation", extra={"approval_id": approval_id})
+            raise
+        obs.emit(end.metric)
         return Decision(approval, True)
 
 
-def _reservation_conflict(exc: ReservationMissing) -> Conflict:
-    """The order was changed outside the code: nothing moved; a person must reconcile it (OPERATIONS.md)."""
-    logger.error("order does not hold the approval's reservation", extra={"approval_id": exc.approval["approval_id"]})
-    return Conflict(
-        f"order {exc.approval.get('order_id')} no longer holds the {exc.approval.get('amount_cents')} cents this "
-        "approval reserved; nothing was changed — reconcile the order first"
-    )
+@dataclass(frozen=True)
+class _GiveBack:
+    """A decision that frees the reservation: its move, audit action, metric and why it is refused."""
+
+    from_status: str
+    to_status: str
+    action: str
+    metric: str
+    refusal: str
 
 
-def approval_view(a: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "approvalId": a["approval_id"],
-        "orderId": a.get("order_id"),
-        "customerId": a.get("customer_id"),
-        "amountCents": a.get("amount_cents"),
-        "currency": a.get("currency"),
-        "reason": a.get("reason"),
-        "status": a.get("status"),
-        "conversationId": a.get("conversation_id"),
-        "createdAt": a.get("created_at"),
-        "decidedBy": a.get("decided_by"),
-        "decidedAt": a.get("decided_at"),
-    }
+_REJECT = _GiveBack("PENDING", "REJECTED", "approval_rejected", obs.APPROVALS_REJECTED, "it cannot be rejected")
+_RELEASE = _GiveBack(
+    "FAILED", "RELEASED", "approval_released", obs.APPROVALS_RELEASED, "only a FAILED refund can be released"
+)

@@ -7,17 +7,19 @@ Every change that frees money is one transaction with the order update and its a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from support_agent.errors import Conflict
 from support_agent.store.audit import AuditRecord
 from support_agent.store.customer_data import order_key
 from support_agent.store.dynamo import (
+    CONDITION_FAILED,
     DynamoDBClient,
-    cancellation_codes,
-    error_code,
+    cancellation_as,
     from_item,
     is_conditional_failure,
     to_item,
@@ -29,20 +31,43 @@ STATUSES = ("PENDING", "APPROVED", "REFUNDED", "FAILED", "REJECTED", "EXPIRED", 
 ENTITY = "APPROVAL"
 
 
-class StateConflict(Exception):
-    """The approval is not in the state the change needs; ``current`` is what it is."""
+class StateConflict(Conflict):
+    """The approval is not in the state the change needs; ``current`` is what it is (None: no such approval)."""
 
     def __init__(self, current: dict[str, Any] | None) -> None:
-        super().__init__("approval state conflict")
         self.current = current
+        self.status = (current or {}).get("status")
+        super().__init__(f"approval is {self.status}")
 
 
-class ReservationMissing(Exception):
-    """The order no longer holds the amount this approval reserved: changed outside the code, nothing moved."""
+class ReservationMissing(Conflict):
+    """The order no longer holds the amount this approval reserved: changed outside the code, nothing moved.
+
+    A person must reconcile the order first (OPERATIONS.md); the message says so to the lead.
+    """
 
     def __init__(self, approval: dict[str, Any]) -> None:
-        super().__init__(f"order {approval.get('order_id')} does not hold the amount approval reserved")
+        super().__init__(
+            f"order {approval.get('order_id')} no longer holds the {approval.get('amount_cents')} cents this "
+            "approval reserved; nothing was changed — reconcile the order first"
+        )
         self.approval = approval
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One status move: its condition, what it sets, its audit row, and whether it frees the reservation."""
+
+    from_status: str
+    to_status: str
+    actor: str
+    action: str  # the audit row's
+    now: str
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    add_retry: bool = False
+    order_release: bool = False
+    reason: str | None = None
+    not_created_before: str | None = None  # adds ``created_at >= it`` to the condition (the approval's TTL)
 
 
 @dataclass(frozen=True)
@@ -87,66 +112,41 @@ class ApprovalStore:
         out = self._db.query(**kwargs)
         return Page([from_item(i) for i in out.get("Items", [])], out.get("LastEvaluatedKey"))
 
-    def _audit_row(
-        self,
-        approval: dict[str, Any],
-        action: str,
-        actor: str,
-        outcome: str,
-        now: str,
-        extra: dict[str, Any] | None = None,
-    ) -> AuditRecord:
+    def _audit_row(self, approval: dict[str, Any], change: _Change) -> AuditRecord:
         return AuditRecord(
             stream=f"approval#{approval['approval_id']}",
-            action=action,
-            actor=actor,
-            outcome=outcome,
+            action=change.action,
+            actor=change.actor,
+            outcome=change.to_status,
             customer_id=int(approval["customer_id"]),
-            created_at=now,
-            input=extra,
+            created_at=change.now,
+            input={"reason": change.reason} if change.reason else None,
             output={"order_id": approval["order_id"], "amount_cents": int(approval["amount_cents"])},
             conversation_id=approval.get("conversation_id"),
             approval_id=approval["approval_id"],
         )
 
-    def _decide(
-        self,
-        approval_id: str,
-        from_status: str,
-        to_status: str,
-        actor: str,
-        action: str,
-        now: str,
-        sets: dict[str, Any],
-        add_retry: bool = False,
-        order_release: bool = False,
-        reason: str | None = None,
-        not_created_before: str | None = None,
-    ) -> dict[str, Any]:
-        """from_status → to_status with its audit row (and, when freeing money, the order) atomically.
-
-        ``not_created_before`` adds ``created_at >= it`` to the condition (the approval's TTL).
-        """
+    def _decide(self, approval_id: str, change: _Change) -> dict[str, Any]:
+        """The change's status move with its audit row (and, freeing money, the order's) atomically."""
         approval = self.get(approval_id)
-        if approval is None or approval.get("status") != from_status:
+        if approval is None or approval.get("status") != change.from_status:
             raise StateConflict(approval)
         names = {"#st": "status"}
-        values: dict[str, Any] = {":to": to_status, ":from": from_status}
+        values: dict[str, Any] = {":to": change.to_status, ":from": change.from_status}
         condition = "#st = :from"
-        if not_created_before is not None:
+        if change.not_created_before is not None:
             names["#created"] = "created_at"
-            values[":not_before"] = not_created_before
+            values[":not_before"] = change.not_created_before
             condition += " AND #created >= :not_before"
         assignments = ["#st = :to"]
-        for i, (field, value) in enumerate(sets.items()):
-            names[f"#f{i}"] = field
+        for i, (name, value) in enumerate(change.sets.items()):
+            names[f"#f{i}"] = name
             values[f":v{i}"] = value
             assignments.append(f"#f{i} = :v{i}")
         update = "SET " + ", ".join(assignments)
-        if add_retry:
+        if change.add_retry:
             update += " ADD retries :one"
             values[":one"] = 1
-        amount = int(approval["amount_cents"])
         items: list[dict[str, Any]] = [
             {
                 "Update": {
@@ -158,11 +158,9 @@ class ApprovalStore:
                     "ExpressionAttributeValues": to_values(values),
                 }
             },
-            self._audit_row(approval, action, actor, to_status, now, {"reason": reason} if reason else None).put(
-                self._audit
-            ),
+            self._audit_row(approval, change).put(self._audit),
         ]
-        if order_release:
+        if change.order_release:
             items.append(
                 {
                     "Update": {
@@ -171,21 +169,22 @@ class ApprovalStore:
                         "UpdateExpression": "SET available_cents = available_cents + :a, "
                         "reserved_cents = reserved_cents - :a",
                         "ConditionExpression": "reserved_cents >= :a",
-                        "ExpressionAttributeValues": to_values({":a": amount}),
+                        "ExpressionAttributeValues": to_values({":a": int(approval["amount_cents"])}),
                     }
                 }
             )
-        try:
+
+        def cancelled(codes: list[str]) -> Conflict | None:
+            """The approval's condition failed (or none was named): its state moved on; the order's: the
+            reservation is gone. Anything else (the audit row's key) propagates."""
+            if not codes or codes[0] == CONDITION_FAILED:
+                return StateConflict(self.get(approval_id))
+            if change.order_release and codes[2:3] == [CONDITION_FAILED]:
+                return ReservationMissing(approval)
+            return None
+
+        with cancellation_as(cancelled):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
-            codes = cancellation_codes(exc)
-            if not codes or codes[0] == "ConditionalCheckFailed":
-                raise StateConflict(self.get(approval_id)) from None
-            if order_release and codes[2:3] == ["ConditionalCheckFailed"]:
-                raise ReservationMissing(approval) from None
-            raise
         updated = self.get(approval_id)
         assert updated is not None
         return updated
@@ -196,29 +195,17 @@ class ApprovalStore:
         With ``not_created_before`` (now - the TTL) an approval the sweep would expire cannot be
         approved, whether or not the sweep has run: StateConflict with the approval still PENDING.
         """
-        return self._decide(
-            approval_id,
-            "PENDING",
-            "APPROVED",
-            lead,
-            "approval_approved",
-            now,
-            {"decided_by": lead, "decided_at": now},
-            not_created_before=not_created_before,
+        sets = {"decided_by": lead, "decided_at": now}
+        change = _Change(
+            "PENDING", "APPROVED", lead, "approval_approved", now, sets, not_created_before=not_created_before
         )
+        return self._decide(approval_id, change)
 
     def mark_retry(self, approval_id: str, lead: str, now: str) -> dict[str, Any]:
         """FAILED → APPROVED again, counting retries (the retry execution is ``<id>-r<n>``)."""
-        return self._decide(
-            approval_id,
-            "FAILED",
-            "APPROVED",
-            lead,
-            "refund_retried",
-            now,
-            {"retried_by": lead, "retried_at": now},
-            add_retry=True,
-        )
+        sets = {"retried_by": lead, "retried_at": now}
+        change = _Change("FAILED", "APPROVED", lead, "refund_retried", now, sets, add_retry=True)
+        return self._decide(approval_id, change)
 
     def _update_if(self, approval_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """One conditional UpdateItem; False when the condition does not hold."""
@@ -280,6 +267,5 @@ class ApprovalStore:
         sets: dict[str, Any] = {"decided_by": actor, "decided_at": now}
         if reason:
             sets["decision_reason"] = reason
-        return self._decide(
-            approval_id, from_status, to_status, actor, action, now, sets, order_release=True, reason=reason
-        )
+        change = _Change(from_status, to_status, actor, action, now, sets, order_release=True, reason=reason)
+        return self._decide(approval_id, change)

@@ -7,7 +7,8 @@ botocore-free serializers and numbers come back as ``int`` because we only store
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,11 @@ def from_item(item: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _plain(_de.deserialize(v)) for k, v in item.items()}
 
 
+def put_new(table: str, item: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A TransactWriteItems Put that only creates: conditioned on ``key`` being absent, it never overwrites."""
+    return {"Put": {"TableName": table, "Item": to_item(item), "ConditionExpression": f"attribute_not_exists({key})"}}
+
+
 def dumps(value: Any) -> str:
     """Compact, deterministic JSON for blobs we store verbatim (message content, audit payloads)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=False)
@@ -59,6 +65,29 @@ def cancellation_codes(exc: ClientError) -> list[str]:
     """Per-item reasons of a cancelled TransactWriteItems, in request order ("None" for items that passed)."""
     reasons = exc.response.get("CancellationReasons") or []
     return [str(r.get("Code", "None")) for r in reasons]
+
+
+CONDITION_FAILED = "ConditionalCheckFailed"  # a cancellation reason: that item's condition did not hold
+
+
+@contextmanager
+def cancellation_as(error_for: Callable[[list[str]], Exception | None]) -> Iterator[None]:
+    """Around a TransactWriteItems: raise the domain error ``error_for`` picks by which items failed.
+
+    ``error_for`` gets the per-item codes in request order (``CONDITION_FAILED`` where a condition did
+    not hold, ``[]`` when DynamoDB gave none) and returns the error to raise instead, or None to let the
+    cancellation through. Every other error passes untouched. The call itself stays at the call site,
+    where test_transaction_sizes finds and sizes it.
+    """
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) != "TransactionCanceledException":
+            raise
+        error = error_for(cancellation_codes(exc))
+        if error is None:
+            raise
+        raise error from None
 
 
 def is_conditional_failure(exc: ClientError) -> bool:

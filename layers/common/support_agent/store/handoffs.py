@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
+from support_agent.errors import Conflict, NotFound
 from support_agent.ids import ulid
 from support_agent.store.audit import AuditRecord
-from support_agent.store.dynamo import DynamoDBClient, error_code, from_item, to_item, to_values
+from support_agent.store.dynamo import DynamoDBClient, cancellation_as, from_item, put_new, to_item, to_values
 
 ENTITY = "HANDOFF"
 CALL_ENTITY = "HANDOFF_CALL"
@@ -30,10 +29,16 @@ def call_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
     return f"call#{conversation_id}#{seq}#{tool_use_id}"
 
 
-class HandoffConflict(Exception):
-    def __init__(self, current: dict[str, Any] | None) -> None:
-        super().__init__("hand-off state conflict")
+class HandoffConflict(Conflict):
+    """The ticket is not OPEN (closed already, or by a lead at the same moment); ``current`` is what it is."""
+
+    def __init__(self, current: dict[str, Any]) -> None:
+        super().__init__(f"hand-off is {current.get('status')}")
         self.current = current
+
+
+def _conflict(current: dict[str, Any] | None) -> HandoffConflict | NotFound:
+    return NotFound("hand-off not found") if current is None else HandoffConflict(current)
 
 
 class HandoffStore:
@@ -110,60 +115,49 @@ class HandoffStore:
             request_id=request_id,
             tool_use_id=tool_use_id,
         )
-        try:
-            self._db.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self.table,
-                            "Item": to_item(ticket),
-                            "ConditionExpression": "attribute_not_exists(approval_id)",
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self.table,
-                            "Item": to_item(
-                                {
-                                    "approval_id": call_key(conversation_id, seq, tool_use_id),
-                                    "entity": CALL_ENTITY,
-                                    "handoff_id": handoff_id,
-                                    "customer_id": customer_id,
-                                    "conversation_id": conversation_id,
-                                    "seq": seq,
-                                    "tool_use_id": tool_use_id,
-                                    "recorded_at": now,
-                                }
-                            ),
-                            "ConditionExpression": "attribute_not_exists(approval_id)",
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self._conversations,
-                            "Key": to_item({"conversation_id": conversation_id, "seq": 0}),
-                            "UpdateExpression": "SET open_handoff_id = :h",
-                            "ConditionExpression": "attribute_exists(conversation_id) AND "
-                            "attribute_not_exists(open_handoff_id)",
-                            "ExpressionAttributeValues": to_values({":h": handoff_id}),
-                        }
-                    },
-                    audit.put(self._audit),  # type: ignore[list-item]
-                ]
-            )
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
+
+        record = {
+            "approval_id": call_key(conversation_id, seq, tool_use_id),
+            "entity": CALL_ENTITY,
+            "handoff_id": handoff_id,
+            "customer_id": customer_id,
+            "conversation_id": conversation_id,
+            "seq": seq,
+            "tool_use_id": tool_use_id,
+            "recorded_at": now,
+        }
+        items = [
+            put_new(self.table, ticket, "approval_id"),
+            put_new(self.table, record, "approval_id"),
+            {
+                "Update": {
+                    "TableName": self._conversations,
+                    "Key": to_item({"conversation_id": conversation_id, "seq": 0}),
+                    "UpdateExpression": "SET open_handoff_id = :h",
+                    "ConditionExpression": "attribute_exists(conversation_id) AND "
+                    "attribute_not_exists(open_handoff_id)",
+                    "ExpressionAttributeValues": to_values({":h": handoff_id}),
+                }
+            },
+            audit.put(self._audit),
+        ]
+
+        def already_open(_codes: list[str]) -> HandoffConflict | None:
+            """Whichever item failed, the conversation's open ticket is the answer; none open: the error stands."""
             current = self.open_for(conversation_id)
-            if current is None:
-                raise
-            return current, False
+            return None if current is None else HandoffConflict(current)
+
+        try:
+            with cancellation_as(already_open):
+                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except HandoffConflict as exc:
+            return exc.current, False
         return ticket, True
 
     def close(self, handoff_id: str, lead: str, now: str, note: str | None = None) -> dict[str, Any]:
         ticket = self.get(handoff_id)
         if ticket is None or ticket["status"] != "OPEN":
-            raise HandoffConflict(ticket)
+            raise _conflict(ticket)
         audit = AuditRecord(
             stream=ticket["conversation_id"],
             action="handoff_closed",
@@ -175,7 +169,7 @@ class HandoffStore:
             output={"handoff_id": handoff_id},
             conversation_id=ticket["conversation_id"],
         )
-        try:
+        with cancellation_as(lambda _codes: _conflict(self.get(handoff_id))):
             self._db.transact_write_items(
                 TransactItems=[
                     {
@@ -202,10 +196,6 @@ class HandoffStore:
                     audit.put(self._audit),  # type: ignore[list-item]
                 ]
             )
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
-            raise HandoffConflict(self.get(handoff_id)) from None
         closed = self.get(handoff_id)
         assert closed is not None
         return closed

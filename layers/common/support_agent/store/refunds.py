@@ -11,18 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from support_agent.store.audit import AuditRecord
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
-from support_agent.store.dynamo import (
-    DynamoDBClient,
-    cancellation_codes,
-    dumps,
-    error_code,
-    to_item,
-    to_values,
-)
+from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, dumps, put_new, to_values
 
 
 class RefundRace(Exception):
@@ -57,29 +48,22 @@ class RefundWriter:
         self._audit = audit_table
 
     def _request_row(self, r: RefundRequest, kind: str, status: str, result: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "Put": {
-                "TableName": self._customers,
-                "Item": to_item(
-                    {
-                        "customer_id": r.customer_id,
-                        "sk": r.request_sk,
-                        "kind": kind,
-                        "order_id": r.order_id,
-                        "amount_cents": r.amount_cents,
-                        "currency": r.currency,
-                        "reason": r.reason,
-                        "status": status,
-                        "approval_id": result.get("approval_id"),
-                        "conversation_id": r.conversation_id,
-                        "tool_use_id": r.tool_use_id,
-                        "created_at": r.now,
-                        "result": dumps(result),
-                    }
-                ),
-                "ConditionExpression": "attribute_not_exists(sk)",
-            }
+        row = {
+            "customer_id": r.customer_id,
+            "sk": r.request_sk,
+            "kind": kind,
+            "order_id": r.order_id,
+            "amount_cents": r.amount_cents,
+            "currency": r.currency,
+            "reason": r.reason,
+            "status": status,
+            "approval_id": result.get("approval_id"),
+            "conversation_id": r.conversation_id,
+            "tool_use_id": r.tool_use_id,
+            "created_at": r.now,
+            "result": dumps(result),
         }
+        return put_new(self._customers, row, "sk")
 
     def _audit_row(self, r: RefundRequest, action: str, outcome: str, result: dict[str, Any]) -> dict[str, Any]:
         return AuditRecord(
@@ -119,13 +103,9 @@ class RefundWriter:
         }
 
     def _transact(self, items: list[dict[str, Any]]) -> None:
-        try:
+        """Any cancellation is a race; the request row's own condition (the first item) says it exists."""
+        with cancellation_as(lambda codes: RefundRace(request_exists=codes[:1] == [CONDITION_FAILED])):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
-            codes = cancellation_codes(exc)
-            raise RefundRace(request_exists=bool(codes) and codes[0] == "ConditionalCheckFailed") from None
 
     def direct(self, r: RefundRequest, threshold_cents: int, result: dict[str, Any]) -> None:
         """Refund at once: only while refunded + reserved + amount stays within the threshold."""
@@ -167,13 +147,7 @@ class RefundWriter:
                     "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
                     r.amount_cents,
                 ),
-                {
-                    "Put": {
-                        "TableName": self._approvals,
-                        "Item": to_item(approval),
-                        "ConditionExpression": "attribute_not_exists(approval_id)",
-                    }
-                },
+                put_new(self._approvals, approval, "approval_id"),
                 self._audit_row(r, "refund_requested", "PENDING_APPROVAL", result),
             ]
         )
