@@ -4,7 +4,7 @@ from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
 
-from support_agent.approvals.sweep import default_sweeper
+from support_agent import wiring
 from support_agent.observability import metrics, observed
 
 
@@ -12,4 +12,4 @@ from support_agent.observability import metrics, observed
 @observed(correlation_id_path=correlation_paths.EVENT_BRIDGE)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return default_sweeper().run().as_dict()
+    return wiring.approval_sweeper().run().as_dict()

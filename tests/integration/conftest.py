@@ -53,6 +53,7 @@ class Api:
     counter: int = 0
     current: str = ""
     overrides: dict[str, str] = field(default_factory=dict)
+    transport: Any = None  # where the model adapter's HTTP goes: the scripted model, or None for the network
 
     def use_function(self, function: str) -> None:
         """Give the process this function's deployed environment, as Lambda would."""
@@ -61,7 +62,7 @@ class Api:
         for key in set(self.stack.function_env(self.current or "ChatFunction")):
             os.environ.pop(key, None)
         os.environ.update({**BASE_ENV, **self.stack.function_env(function), **self.overrides})
-        wiring.reset()
+        wiring.reset(llm_transport=self.transport)
         self.current = function
         if function not in self.handlers:
             self.handlers[function] = load_handler(self.stack, function)
@@ -140,11 +141,10 @@ def stack() -> Iterator[Stack]:
 
 
 @pytest.fixture
-def api(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+def api(stack: Stack) -> Iterator[Api]:
     saved = dict(os.environ)
     model = ScriptedModel()
-    monkeypatch.setattr(wiring, "LLM_TRANSPORT", scripted_transport(model))
-    client = Api(stack, model)
+    client = Api(stack, model, transport=scripted_transport(model))
     client.use_function("ChatFunction")
     yield client
     os.environ.clear()

@@ -273,7 +273,7 @@ def test_publish_failure_takes_the_claim_back_and_the_record_is_retried(
 
 def test_unclaim_only_removes_its_own_claim(env: Env) -> None:
     approval_id = env.pending_approval()
-    notifier = notifier_module.default_notifier()
+    notifier = wiring.approval_notifier()
     store = notifier.store
     assert store.claim_notification(approval_id, "2030-01-01T00:00:00.000Z", "2030-01-01T00:02:00.000Z")
     notifier.unclaim(approval_id, "2030-01-01T00:01:00.000Z")  # not ours: left alone
@@ -296,7 +296,7 @@ def test_decided_approvals_are_not_announced(env: Env) -> None:
 def test_the_clock_is_injectable(env: Env) -> None:
     approval_id = env.pending_approval()
     at = datetime(2031, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC)
-    base = notifier_module.default_notifier()
+    base = wiring.approval_notifier()
     notifier = notifier_module.ApprovalNotifier(base.store, boto3.client("sns"), base.topic_arn, lambda: at)
     assert notifier.notify(approval_id) is notifier_module.Outcome.PUBLISHED
     assert notifier.notify(approval_id) is notifier_module.Outcome.ALREADY_NOTIFIED
@@ -327,7 +327,7 @@ class FakeClock:
 
 
 def notifier_at(env: Env, clock: FakeClock, sns: Any = None) -> notifier_module.ApprovalNotifier:
-    base = notifier_module.default_notifier()
+    base = wiring.approval_notifier()
     return notifier_module.ApprovalNotifier(base.store, sns or boto3.client("sns"), base.topic_arn, clock)
 
 
@@ -375,7 +375,7 @@ def test_the_sweep_re_enqueues_an_approval_whose_claim_expired_unpublished(env: 
     def sweep(at: datetime) -> list[str]:
         """Run the sweep at ``at``; the approval ids now on the queue (other tests' approvals too)."""
         ApprovalSweeper(
-            notifier_module.default_notifier().store,
+            wiring.approval_notifier().store,
             env.ddb,
             env.sqs,
             env.queue_url,

@@ -10,10 +10,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from support_agent import wiring
 from support_agent.agent import history as hist
-from support_agent.config import get_settings
 from support_agent.store import erasure
-from support_agent.store.erasure import ERASED, conversation_eraser
+from support_agent.store.erasure import ERASED
 from tests.integration.conftest import Api
 from tests.support.openapi import assert_documented
 from tests.support.scripted import answer, tool_use, tools
@@ -232,7 +232,7 @@ def test_a_throttle_midway_leaves_every_tombstone_audited_and_calling_again_fini
     total = sum(len(stored(api, cid)) for cid in cids)
     monkeypatch.setattr(erasure, "CHUNK_MESSAGES", 3, raising=False)  # several transactions per conversation
     api.use_function("ApprovalsFunction")
-    client = conversation_eraser(get_settings())._db  # the client the route's eraser uses
+    client = wiring.client("dynamodb")  # the client the route's eraser uses
     transactions: list[int] = []
 
     def throttle_the_second(**_: Any) -> None:

@@ -29,8 +29,8 @@ def model() -> Iterator[SimulatedModelServer]:
     server.stop()
 
 
-def use_provider(api: Api, monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
-    monkeypatch.setattr(wiring, "LLM_TRANSPORT", None)  # real HTTP to the simulated model
+def use_provider(api: Api, **env: str) -> None:
+    api.transport = None  # real HTTP to the simulated model
     api.overrides = dict(env)
     api.current = ""  # re-apply the function's environment with the overrides
     api.use_function("ChatFunction")
@@ -47,11 +47,9 @@ def stored(api: Api, cid: str) -> list[dict[str, Any]]:
     return [m.as_message() for m in store.load(cid)]
 
 
-def test_the_local_stack_runs_with_the_openai_provider(
-    api: Api, model: SimulatedModelServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_local_stack_runs_with_the_openai_provider(api: Api, model: SimulatedModelServer) -> None:
     openai = {"LLM_PROVIDER": "openai", "OPENAI_BASE_URL": f"{model.url}/v1", "OPENAI_API_KEY": "sim-key"}
-    use_provider(api, monkeypatch, **openai)
+    use_provider(api, **openai)
     assert type(wiring.chat_services().agent.llm).__name__ == "OpenAIClient"
     first = chat(api, "Where is my order 1043? Also refund it.")
     assert first["stopReason"] == "end_turn" and first["reply"].startswith(LABEL)
@@ -67,7 +65,7 @@ def test_the_local_stack_runs_with_the_openai_provider(
     assert uses and all(u["id"].startswith("call_sim_") for u in uses)  # OpenAI's ids, Anthropic's blocks
 
     # A configuration change: the same conversation continues on the Messages API.
-    use_provider(api, monkeypatch, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sim-key")
+    use_provider(api, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sim-key")
     assert type(wiring.chat_services().agent.llm).__name__ == "AnthropicClient"
     second = chat(api, "What are the invoices for it?", cid)
     assert second["conversationId"] == cid and second["reply"].startswith(LABEL)
@@ -75,17 +73,15 @@ def test_the_local_stack_runs_with_the_openai_provider(
     assert "#5002" in second["reply"]  # "it" still means order 1043, read from the OpenAI-era history
 
     # And back: the OpenAI adapter replays Anthropic-era tool calls as tool messages.
-    use_provider(api, monkeypatch, **openai)
+    use_provider(api, **openai)
     third = chat(api, "thanks!", cid)
     assert third["stopReason"] == "end_turn" and "welcome" in third["reply"]
     assert hist.problems(stored(api, cid)) == []
 
 
-def test_the_openai_provider_maps_errors_to_the_contract(
-    api: Api, model: SimulatedModelServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_openai_provider_maps_errors_to_the_contract(api: Api, model: SimulatedModelServer) -> None:
     # No key: the simulated server answers 401 like OpenAI; a 4xx is a 502 model_error, nothing stored.
-    use_provider(api, monkeypatch, LLM_PROVIDER="openai", OPENAI_BASE_URL=f"{model.url}/v1", OPENAI_API_KEY="")
+    use_provider(api, LLM_PROVIDER="openai", OPENAI_BASE_URL=f"{model.url}/v1", OPENAI_API_KEY="")
     status, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "hello"})
     assert (status, body["error"]["code"]) == (502, "model_error")
     status, listing, _ = api.call("GET", "/api/conversations")

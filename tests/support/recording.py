@@ -26,7 +26,8 @@ def cancelled(codes: list[str]) -> ClientError:
 
 @dataclass
 class RecordingDynamo:
-    """``items``: what get_item answers, by table; ``queries``: what query answers, by index or table."""
+    """``items``: what get_item (and an update asking for ALL_NEW) answers, by table; ``queries``: what
+    query answers, by index or table."""
 
     items: dict[str, dict[str, Any]] = field(default_factory=dict)
     queries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -44,7 +45,8 @@ class RecordingDynamo:
 
     def update_item(self, **kwargs: Any) -> dict[str, Any]:
         self.updates.append(kwargs)
-        return {"Attributes": {}}
+        item = self.items.get(kwargs["TableName"]) if kwargs.get("ReturnValues") == "ALL_NEW" else None
+        return {"Attributes": to_item(item) if item else {}}
 
     def put_item(self, **kwargs: Any) -> dict[str, Any]:
         self.puts.append(kwargs)

@@ -366,16 +366,17 @@ def test_settings_reject_short_secret() -> None:
         load_settings({"JWT_SECRET": "short"})
 
 
-def test_module_level_authenticate_uses_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from support_agent.config import get_settings
+def test_the_process_authenticator_uses_settings_and_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support_agent import wiring
 
     monkeypatch.setenv("JWT_SECRET", SECRET)
-    get_settings.cache_clear()
-    try:
-        assert auth_module.authenticate(bearer(customer_token())).customer_id == 7
-        assert auth_module.get_authenticator() is auth_module.get_authenticator()
-    finally:
-        get_settings.cache_clear()
+    wiring.reset()
+    assert wiring.authenticator().authenticate(bearer(customer_token())).customer_id == 7
+    assert wiring.authenticator() is wiring.authenticator()  # its JWKS cache outlives the request
+    wiring.reset()
+    monkeypatch.setenv("JWT_SECRET", "another-secret-of-at-least-32-bytes-0123")
+    with pytest.raises(Unauthenticated):  # reset: the new settings' secret, not the old one's
+        wiring.authenticator().authenticate(bearer(customer_token()))
 
 
 def test_mint_token_and_cli(capsys: pytest.CaptureFixture[str]) -> None:

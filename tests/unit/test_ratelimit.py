@@ -11,7 +11,7 @@ import pytest
 
 from support_agent.api.contract import status_and_code
 from support_agent.errors import RateLimited
-from support_agent.store.ratelimit import KEEP_SECONDS, TurnRateLimiter, counter_key, retry_after
+from support_agent.store.ratelimit import KEEP_SECONDS, RateLimiter, counter_key, retry_after
 from tests.support.aws import create_tables
 from tests.support.harness import FakeClock, Harness
 from tests.support.scripted import answer
@@ -35,9 +35,9 @@ def tables(aws: None) -> Iterator[Tables]:
     yield Tables(ddb, FakeClock())
 
 
-def limiter(t: Tables | Harness, limit: int = 3) -> TurnRateLimiter:
+def limiter(t: Tables | Harness, limit: int = 3) -> RateLimiter:
     table = t.settings.conversations_table if isinstance(t, Harness) else t.conversations_table
-    return TurnRateLimiter(t.ddb, table, limit, t.clock)
+    return RateLimiter(t.ddb, table, limit, t.clock)
 
 
 def counter(t: Tables, customer_id: int, minute: int) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ import pytest
 from pydantic import Field
 
 from support_agent.agent import history as hist
-from support_agent.agent.loop import utc_now
+from support_agent.clock import utc_now
 from support_agent.llm.base import LlmResponse
 from support_agent.messages import Message
 from support_agent.store.dynamo import from_item

@@ -84,7 +84,8 @@ def test_tombstoned_valid_histories_stay_valid(history: list[dict[str, Any]]) ->
 def a_conversation(messages: int) -> RecordingDynamo:
     content = json.dumps([{"type": "text", "text": SECRET}])
     rows = [{"conversation_id": CID, "seq": s, "role": "user", "content": content} for s in range(1, messages + 1)]
-    return RecordingDynamo(queries={"by_customer": [{"conversation_id": CID, "seq": 0}], "Conversations": rows})
+    header = {"conversation_id": CID, "seq": 0, "customer_id": 7}  # the lease answers with it
+    return RecordingDynamo(items={"Conversations": header}, queries={"by_customer": [header], "Conversations": rows})
 
 
 def eraser(db: RecordingDynamo) -> ConversationEraser:

@@ -158,7 +158,8 @@ def test_erasure_chunks() -> None:
         {"conversation_id": CID, "seq": s, "role": "user", "content": '[{"type":"text","text":"x"}]'}
         for s in range(1, 3 * DYNAMODB_LIMIT)
     ]
-    db = RecordingDynamo(queries={"by_customer": [{"conversation_id": CID, "seq": 0}], "Conversations": rows})
+    header = {"conversation_id": CID, "seq": 0, "customer_id": 7}
+    db = RecordingDynamo(items={"Conversations": header}, queries={"by_customer": [header], "Conversations": rows})
     ConversationEraser(db, "Conversations", "Audit", lambda: 0.0, lambda: "t").erase_customer(7, "lead-1", "r")
     sizes = [len(t) for t in db.transactions]
     assert len(sizes) > 1 and max(sizes) <= DYNAMODB_LIMIT, sizes

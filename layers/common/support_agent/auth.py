@@ -19,12 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 import jwt
 
-from support_agent.config import Settings, get_settings
+from support_agent.config import Settings
 from support_agent.errors import NotPermitted, Unauthenticated
 
 log = logging.getLogger(__name__)
@@ -229,6 +228,8 @@ def _customer_id(value: Any) -> int:
 class Authenticator:
     """Verifies bearer tokens against Settings and returns the Principal.
 
+    ``wiring.authenticator()`` keeps one per process, so the JWKS cache survives warm invocations.
+
     Construction does no network I/O; it fails fast when neither a JWKS URL nor an HS256 secret is set.
     ``jwks_fetch`` (returns the JWKS document) or ``jwks_client`` (a ``jwt.PyJWKClient``) and ``clock``
     (monotonic seconds, for the key cache) are injectable for tests.
@@ -327,21 +328,6 @@ class Authenticator:
             raise Unauthenticated("invalid token") from None
         if not lifetime <= self._settings.jwt_max_lifetime_seconds:  # also refuses NaN
             raise Unauthenticated("token lifetime too long")
-
-
-@lru_cache(maxsize=4)
-def _authenticator_for(settings: Settings) -> Authenticator:
-    return Authenticator(settings)
-
-
-def get_authenticator() -> Authenticator:
-    """The process-wide Authenticator, so the JWKS cache survives across warm invocations."""
-    return _authenticator_for(get_settings())
-
-
-def authenticate(headers: Mapping[str, str] | None) -> Principal:
-    """Shorthand for ``get_authenticator().authenticate(headers)``."""
-    return get_authenticator().authenticate(headers)
 
 
 # --- Authorization helpers --------------------------------------------------------------------------------

@@ -1,35 +1,46 @@
-"""Process-wide singletons, built on first use and reused across warm invocations.
+"""The composition root: the one place every function's long-lived objects are built and kept.
 
-Built lazily (not at import) so importing a handler makes no AWS or network call, and tests can
-point the environment at moto first; ``reset()`` drops them.
+Each is built on first use and reused while the environment is warm; nothing at import, so importing
+a handler makes no AWS or network call and tests can point the environment at moto first. A function
+builds only what it uses: each builder imports its own modules (the notifier's cold start imports no
+agent, no model adapter, no JWT library), and of the boto3 clients, one per service for the whole
+process, DynamoDB is built with the services (every function reads it on its first event; SnapStart
+snapshots it) while SQS, SNS and Step Functions wait for their first call (most chat turns never send
+to SQS, most lead requests never start a flow: docs/PERFORMANCE.md). ``reset()`` starts afresh.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import lru_cache
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 
-from support_agent.agent.loop import Agent, utc_now
-from support_agent.approvals.decisions import ApprovalDecisions
+from support_agent.clock import utc_now
 from support_agent.config import Settings, get_settings
-from support_agent.llm.base import LlmClient
-from support_agent.store.approvals import ApprovalStore
-from support_agent.store.audit import AuditStore
-from support_agent.store.conversations import ConversationStore
-from support_agent.store.customer_data import CustomerDataStore
-from support_agent.store.handoffs import HandoffStore
-from support_agent.store.ratelimit import RateLimiter, TurnRateLimiter
-from support_agent.store.refunds import RefundWriter
-from support_agent.tools.handoff import handoff_tools
-from support_agent.tools.orders import order_tools
-from support_agent.tools.refunds import refund_tools
-from support_agent.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from support_agent.agent.loop import Agent
+    from support_agent.approvals.decisions import ApprovalDecisions
+    from support_agent.approvals.notifier import ApprovalNotifier
+    from support_agent.approvals.sweep import ApprovalSweeper
+    from support_agent.auth import Authenticator
+    from support_agent.llm.base import LlmClient
+    from support_agent.store.approvals import ApprovalStore
+    from support_agent.store.audit import AuditStore
+    from support_agent.store.conversations import ConversationStore
+    from support_agent.store.customer_data import CustomerDataStore
+    from support_agent.store.erasure import ConversationEraser
+    from support_agent.store.handoffs import HandoffStore
+    from support_agent.store.ratelimit import RateLimiter
+    from support_agent.tools.registry import ToolRegistry
+
+Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager"]
 
 
 @dataclass(frozen=True)
@@ -39,11 +50,45 @@ class ChatServices:
     conversations: ConversationStore
     customer_data: CustomerDataStore
     approvals: ApprovalStore
-    limiter: TurnRateLimiter
+    limiter: RateLimiter
     read_limiter: RateLimiter
 
 
+@dataclass(frozen=True)
+class LeadServices:
+    settings: Settings
+    approvals: ApprovalStore
+    decisions: ApprovalDecisions
+    handoffs: HandoffStore
+    audit: AuditStore
+    eraser: ConversationEraser
+    now: Callable[[], str]
+
+
+class _LazyClient:
+    """A client built on its first call, from the process's cache."""
+
+    def __init__(self, service: Service) -> None:
+        self._service: Service = service
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(client(self._service), name)
+
+
+def _lazy(service: Service) -> Any:
+    """Stands in for ``client(service)`` where the client should wait for its first call."""
+    return _LazyClient(service)
+
+
 def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
+    from support_agent.store.customer_data import CustomerDataStore
+    from support_agent.store.handoffs import HandoffStore
+    from support_agent.store.refunds import RefundWriter
+    from support_agent.tools.handoff import handoff_tools
+    from support_agent.tools.orders import order_tools
+    from support_agent.tools.refunds import refund_tools
+    from support_agent.tools.registry import ToolRegistry
+
     customer_data = CustomerDataStore(ddb, settings.customer_data_table)
     writer = RefundWriter(ddb, settings.customer_data_table, settings.approvals_table, settings.audit_table)
 
@@ -58,50 +103,37 @@ def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
     )
 
 
-class _LazyClient:
-    """A boto3 client made on first use. The chat function sends to SQS only for a refund over the
-    threshold, so most cold starts never pay for building the client (docs/PERFORMANCE.md)."""
-
-    def __init__(self, service: str) -> None:
-        self._service = service
-        self._client: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._client is None:
-            self._client = boto3.client(self._service)  # type: ignore[call-overload]
-        return getattr(self._client, name)
-
-
 def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None) -> ChatServices:
-    ddb = ddb or boto3.client("dynamodb")
-    sqs = sqs or _LazyClient("sqs")
-    conversations = ConversationStore(ddb, settings.conversations_table)
-    agent = Agent(settings, llm, conversations, build_registry(settings, ddb, sqs), settings.audit_table)
+    from support_agent.agent.loop import Agent
+    from support_agent.store.approvals import ApprovalStore
+    from support_agent.store.conversations import ConversationStore
+    from support_agent.store.customer_data import CustomerDataStore
+    from support_agent.store.ratelimit import RateLimiter
+
+    ddb = client("dynamodb") if ddb is None else ddb
+    sqs = _lazy("sqs") if sqs is None else sqs
+    conversations = ConversationStore(ddb, settings.conversations_table, settings.audit_table)
+    agent = Agent(settings, llm, conversations, build_registry(settings, ddb, sqs))
     return ChatServices(
         settings,
         agent,
         conversations,
         CustomerDataStore(ddb, settings.customer_data_table),
         ApprovalStore(ddb, settings.approvals_table),
-        # the same client as the stores: a second boto3 client would cost a cold start ~15-50 ms
-        TurnRateLimiter(ddb, settings.conversations_table, settings.turns_per_minute),
+        RateLimiter(ddb, settings.conversations_table, settings.turns_per_minute),
         RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
     )
 
 
-@dataclass(frozen=True)
-class LeadServices:
-    settings: Settings
-    approvals: ApprovalStore
-    decisions: ApprovalDecisions
-    handoffs: HandoffStore
-    audit: AuditStore
-    now: Callable[[], str]
-
-
 def build_lead_services(settings: Settings, ddb: Any = None, sfn: Any = None) -> LeadServices:
-    ddb = ddb or boto3.client("dynamodb")
-    sfn = sfn or boto3.client("stepfunctions")
+    from support_agent.approvals.decisions import ApprovalDecisions
+    from support_agent.store.approvals import ApprovalStore
+    from support_agent.store.audit import AuditStore
+    from support_agent.store.erasure import ConversationEraser
+    from support_agent.store.handoffs import HandoffStore
+
+    ddb = client("dynamodb") if ddb is None else ddb
+    sfn = _lazy("stepfunctions") if sfn is None else sfn
     approvals = ApprovalStore(ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table)
     return LeadServices(
         settings,
@@ -116,34 +148,109 @@ def build_lead_services(settings: Settings, ddb: Any = None, sfn: Any = None) ->
         ),
         HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
         AuditStore(ddb, settings.audit_table),
+        ConversationEraser(
+            ddb, settings.conversations_table, settings.audit_table, time.time, utc_now, settings.lease_seconds
+        ),
         utc_now,
     )
 
 
-@lru_cache(maxsize=1)
-def lead_services() -> LeadServices:
-    return build_lead_services(get_settings())
+class _Root:
+    """What one process has built so far; ``llm_transport`` (tests) carries model calls in-process."""
+
+    def __init__(self, llm_transport: Any = None) -> None:
+        self.llm_transport = llm_transport
+        self.clients: dict[Service, Any] = {}
+
+    def client(self, service: Service) -> Any:
+        if service not in self.clients:
+            self.clients[service] = boto3.client(service)
+        return self.clients[service]
+
+    @cached_property
+    def chat_services(self) -> ChatServices:
+        from support_agent.llm.factory import llm_client_from_settings
+
+        settings = get_settings()
+        # The secret's client too is built here, and only on the first read of a key kept in Secrets Manager.
+        llm = llm_client_from_settings(
+            settings, transport=self.llm_transport, secrets_client=lambda: self.client("secretsmanager")
+        )
+        return build_chat_services(settings, llm)
+
+    @cached_property
+    def lead_services(self) -> LeadServices:
+        return build_lead_services(get_settings())
+
+    @cached_property
+    def notifier(self) -> ApprovalNotifier:
+        from support_agent.approvals.notifier import ApprovalNotifier
+        from support_agent.store.approvals import ApprovalStore
+
+        settings = get_settings()
+        store = ApprovalStore(self.client("dynamodb"), settings.approvals_table)
+        return ApprovalNotifier(store, _lazy("sns"), settings.leads_topic_arn)
+
+    @cached_property
+    def sweeper(self) -> ApprovalSweeper:
+        from support_agent.approvals.sweep import ApprovalSweeper
+        from support_agent.store.approvals import ApprovalStore
+
+        settings = get_settings()
+        ddb = self.client("dynamodb")
+        return ApprovalSweeper(
+            ApprovalStore(ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table),
+            ddb,
+            _lazy("sqs"),
+            settings.approval_queue_url,
+            settings.approval_ttl_hours,
+            settings.renotify_after_seconds,
+            sfn=_lazy("stepfunctions"),
+            state_machine_arn=settings.refund_flow_arn,
+        )
+
+    @cached_property
+    def authenticator(self) -> Authenticator:
+        """Kept while warm, so the JWKS cache survives across invocations."""
+        from support_agent.auth import Authenticator
+
+        return Authenticator(get_settings())
 
 
-# Tests route the real AnthropicClient through an in-process transport instead of the network.
-LLM_TRANSPORT: Any = None
+_root = _Root()
 
 
-@lru_cache(maxsize=1)
+def client(service: Service) -> Any:
+    """The process's boto3 client for ``service``: built on first use, then shared by every store."""
+    return _root.client(service)
+
+
 def chat_services() -> ChatServices:
-    from support_agent.llm.factory import llm_client_from_settings
-
-    settings = get_settings()
-    return build_chat_services(settings, llm_client_from_settings(settings, transport=LLM_TRANSPORT))
+    return _root.chat_services
 
 
-def reset() -> None:
-    """Forget settings and singletons (tests change the environment between stacks)."""
-    from support_agent.auth import _authenticator_for
+def lead_services() -> LeadServices:
+    return _root.lead_services
 
-    chat_services.cache_clear()
-    lead_services.cache_clear()
+
+def approval_notifier() -> ApprovalNotifier:
+    return _root.notifier
+
+
+def approval_sweeper() -> ApprovalSweeper:
+    return _root.sweeper
+
+
+def authenticator() -> Authenticator:
+    return _root.authenticator
+
+
+def reset(*, llm_transport: Any = None) -> None:
+    """Forget the settings and everything built (tests change the environment between stacks).
+
+    ``llm_transport`` routes the model adapter's HTTP through an in-process transport (tests'
+    scripted model) instead of the network, until the next reset.
+    """
+    global _root
     get_settings.cache_clear()
-    cache_clear = getattr(_authenticator_for, "cache_clear", None)
-    if cache_clear:
-        cache_clear()
+    _root = _Root(llm_transport)

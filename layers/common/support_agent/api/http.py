@@ -20,8 +20,9 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
+from support_agent import wiring
 from support_agent.api.contract import error_body, status_and_code
-from support_agent.auth import Principal, get_authenticator
+from support_agent.auth import Principal
 from support_agent.errors import InvalidRequest, NotFound, ServiceError, TooLarge
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def build_resolver(public_paths: Iterable[str] = ("/api/health",)) -> APIGateway
 
     def authenticate(app: APIGatewayHttpResolver, next_middleware: Callable[..., Response]) -> Response:
         if app.current_event.raw_path not in public:
-            app.append_context(principal=get_authenticator().authenticate(app.current_event.headers))
+            app.append_context(principal=wiring.authenticator().authenticate(app.current_event.headers))
         return next_middleware(app)
 
     app.use([authenticate])

@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from enum import StrEnum
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, Json
 
 from support_agent import observability as obs
-from support_agent.config import Settings, get_settings
+from support_agent.clock import Clock, iso, utc_datetime
 from support_agent.ids import APPROVAL_ID
 from support_agent.store.approvals import ApprovalStore
 
@@ -46,17 +43,7 @@ else:
 
 logger = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 SUBJECT_MAX = 100  # SNS limit (ASCII, no line breaks)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(moment: datetime) -> str:
-    """The timestamp format every stored ``*_at`` uses, so strings compare in time order."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class ApprovalMessage(BaseModel):
@@ -113,7 +100,7 @@ class ApprovalNotifier:
         store: ApprovalStore,
         sns: SNSClient,
         topic_arn: str,
-        clock: Clock = utc_now,
+        clock: Clock = utc_datetime,
         claim_seconds: float = CLAIM_SECONDS,
     ) -> None:
         self.store = store
@@ -156,28 +143,11 @@ class ApprovalNotifier:
             logger.exception("could not take back the notification claim of %s", approval_id)
 
 
-def default_notifier() -> ApprovalNotifier:
-    """The function's notifier, built on first use (so importing the handler calls no AWS).
-
-    Cached per settings object, so ``wiring.reset()`` (which drops the settings) rebuilds it.
-    """
-    return _notifier_for(get_settings())
-
-
-@lru_cache(maxsize=1)
-def _notifier_for(settings: Settings) -> ApprovalNotifier:
-    return ApprovalNotifier(
-        ApprovalStore(boto3.client("dynamodb"), settings.approvals_table),
-        boto3.client("sns"),
-        settings.leads_topic_arn,
-    )
-
-
-def handle_record(record: ApprovalQueueRecord) -> str:
-    """The BatchProcessor record handler: raising fails just this record."""
+def handle_record(record: ApprovalQueueRecord, notifier: ApprovalNotifier) -> str:
+    """One record of the BatchProcessor's batch: raising fails just this record."""
     obs.logger.append_keys(approval_id=record.body.approval_id, message_id=record.messageId)
     try:
-        outcome = default_notifier().notify(record.body.approval_id)
+        outcome = notifier.notify(record.body.approval_id)
         logger.info("approval %s: %s", record.body.approval_id, outcome.value)
         return outcome.value
     finally:

@@ -29,15 +29,11 @@ import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
-
-import boto3
 
 from support_agent import observability as obs
 from support_agent.approvals.flow import start_flow
-from support_agent.approvals.notifier import Clock, iso, utc_now
-from support_agent.config import Settings, get_settings
+from support_agent.clock import Clock, iso, parse_iso, utc_datetime
 from support_agent.store.approvals import ApprovalStore, StateConflict
 from support_agent.store.dynamo import DynamoDBClient, from_item, to_values
 
@@ -83,7 +79,7 @@ class ApprovalSweeper:
         queue_url: str,
         ttl_hours: int,
         renotify_after_seconds: int,
-        clock: Clock = utc_now,
+        clock: Clock = utc_datetime,
         max_items: int = 500,
         sfn: Any = None,
         state_machine_arn: str = "",
@@ -206,7 +202,7 @@ class ApprovalSweeper:
         items = [from_item(i) for i in out.get("Items", [])]
         age = 0.0
         if items:
-            age = max(0.0, (now - _parse(str(items[0]["created_at"]))).total_seconds())
+            age = max(0.0, (now - parse_iso(str(items[0]["created_at"]))).total_seconds())
             logger.info("oldest pending approval", extra={"approval_id": items[0]["approval_id"], "age_seconds": age})
         obs.emit(obs.OLDEST_PENDING_APPROVAL_AGE, round(age))
 
@@ -230,36 +226,9 @@ class ApprovalSweeper:
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
 
-def _parse(timestamp: str) -> datetime:
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-
-
 def _age(now: datetime, since: str) -> float:
     """Seconds since a stored timestamp; 0 for one that does not parse (the sweep must not stop on it)."""
     try:
-        return (now - _parse(since)).total_seconds()
+        return (now - parse_iso(since)).total_seconds()
     except ValueError:
         return 0.0
-
-
-def default_sweeper() -> ApprovalSweeper:
-    """The function's sweeper, built on first use (so importing the handler calls no AWS).
-
-    Cached per settings object, so ``wiring.reset()`` (which drops the settings) rebuilds it.
-    """
-    return _sweeper_for(get_settings())
-
-
-@lru_cache(maxsize=1)
-def _sweeper_for(settings: Settings) -> ApprovalSweeper:
-    db = boto3.client("dynamodb")
-    return ApprovalSweeper(
-        ApprovalStore(db, settings.approvals_table, settings.customer_data_table, settings.audit_table),
-        db,
-        boto3.client("sqs"),
-        settings.approval_queue_url,
-        settings.approval_ttl_hours,
-        settings.renotify_after_seconds,
-        sfn=boto3.client("stepfunctions"),
-        state_machine_arn=settings.refund_flow_arn,
-    )

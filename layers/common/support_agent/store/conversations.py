@@ -1,28 +1,37 @@
 """The Conversations table: a header item (seq 0) and one item per stored message.
 
-The header carries the owner, the lease that serialises turns, the next sequence number and the
-token totals. Every append is one TransactWriteItems conditioned on holding the lease and on the
-expected sequence, so two writers can never interleave and a lost lease is noticed at once.
+The header carries the owner, the lease that serialises writers (a turn, or an erasure), the next
+sequence number and the token totals. Every append is one TransactWriteItems conditioned on holding
+the lease and on the expected sequence, so two writers can never interleave and a lost lease is
+noticed at once. The lease's conditions live here only: whoever writes under it uses these methods.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from support_agent.errors import Conflict, NotFound
-from support_agent.messages import Message, Usage
+from support_agent.errors import Conflict, LeaseHeld, NotFound
+from support_agent.messages import Block, Message, Usage
+from support_agent.store.audit import AuditRecord
 from support_agent.store.dynamo import (
     DynamoDBClient,
     dumps,
     from_item,
     is_conditional_failure,
+    put_new,
     to_item,
     to_values,
 )
+
+LEASE_FREE = "(attribute_not_exists(lease_owner) OR lease_expires_at < :now)"
+"""The lease may be taken: nobody holds it, or its holder's time (``:now``, epoch seconds) ran out."""
+LEASE_HELD = "lease_owner = :owner"
+"""The lease is ``:owner``'s: the condition of every write made under it."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +74,10 @@ def _header(values: dict[str, Any]) -> Header:
 
 
 class ConversationStore:
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(self, client: DynamoDBClient, table: str, audit_table: str = "") -> None:
         self._db = client
         self._table = table
+        self._audit_table = audit_table  # where `append`'s audit rows go
 
     def _key(self, conversation_id: str, seq: int = 0) -> dict[str, Any]:
         return to_item({"conversation_id": conversation_id, "seq": seq})
@@ -77,19 +87,22 @@ class ConversationStore:
         """A conversation not stored yet: its header is written with its first messages (see append)."""
         return Header(conversation_id, customer_id, now, now, 1, Usage())
 
+    # -- the lease: one writer at a time (a turn, or an erasure), named by its owner ---------------
+
     def acquire_lease(
         self, conversation_id: str, customer_id: int, owner: str, now_epoch: int, lease_until: int
     ) -> Header:
-        """Take the turn lease. Someone else's conversation answers exactly like a missing one (404)."""
+        """Take the lease for ``owner`` until ``lease_until`` (epoch seconds); the header as it now stands.
+
+        NotFound when the conversation is missing or someone else's (the same answer, so ids cannot be
+        probed); LeaseHeld while another owner's lease has not expired.
+        """
         try:
             out = self._db.update_item(
                 TableName=self._table,
                 Key=self._key(conversation_id),
                 UpdateExpression="SET lease_owner = :owner, lease_expires_at = :until",
-                ConditionExpression=(
-                    "attribute_exists(conversation_id) AND customer_id = :cid AND "
-                    "(attribute_not_exists(lease_owner) OR lease_expires_at < :now)"
-                ),
+                ConditionExpression=f"attribute_exists(conversation_id) AND customer_id = :cid AND {LEASE_FREE}",
                 ExpressionAttributeValues=to_values(
                     {":owner": owner, ":until": lease_until, ":cid": customer_id, ":now": now_epoch}
                 ),
@@ -102,21 +115,52 @@ class ConversationStore:
             old = from_item(exc.response.get("Item") or {})  # type: ignore[arg-type]
             if not old or int(old.get("customer_id", -1)) != customer_id:
                 raise NotFound("conversation not found") from None
-            raise Conflict("another turn is in progress on this conversation") from None
+            raise LeaseHeld("another turn is in progress on this conversation") from None
         return _header(from_item(out["Attributes"]))
 
-    def release_lease(self, conversation_id: str, owner: str) -> None:
+    def lease_renewal(
+        self, conversation_id: str, owner: str, lease_until: int, *, drop_title: bool = False
+    ) -> dict[str, Any]:
+        """A TransactWriteItems action extending ``owner``'s lease: the caller's transaction fails unless the
+        lease is still theirs. ``drop_title`` removes the header's title too (it quotes the first message)."""
+        update = "SET lease_expires_at = :until" + (" REMOVE title" if drop_title else "")
+        return {"Update": self._held(conversation_id, owner, update, {":until": lease_until})}
+
+    def release_lease(self, conversation_id: str, owner: str, *, erased_at: str | None = None) -> None:
+        """Give the lease up, if it is still ``owner``'s. With ``erased_at`` the header is marked erased and
+        loses its title in the same write."""
+        update, values = "REMOVE lease_owner, lease_expires_at", {}
+        if erased_at is not None:
+            update, values = "SET erased_at = :now REMOVE title, lease_owner, lease_expires_at", {":now": erased_at}
         try:
-            self._db.update_item(
-                TableName=self._table,
-                Key=self._key(conversation_id),
-                UpdateExpression="REMOVE lease_owner, lease_expires_at",
-                ConditionExpression="lease_owner = :owner",
-                ExpressionAttributeValues=to_values({":owner": owner}),
-            )
+            self._db.update_item(**self._held(conversation_id, owner, update, values))
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
+
+    def _held(self, conversation_id: str, owner: str, update: str, values: dict[str, Any]) -> dict[str, Any]:
+        """An update of the header that applies only while ``owner`` holds the lease."""
+        return {
+            "TableName": self._table,
+            "Key": self._key(conversation_id),
+            "UpdateExpression": update,
+            "ConditionExpression": LEASE_HELD,
+            "ExpressionAttributeValues": to_values({":owner": owner, **values}),
+        }
+
+    def content_replacement(
+        self, conversation_id: str, seq: int, content: list[Block], erased_at: str
+    ) -> dict[str, Any]:
+        """A TransactWriteItems action replacing a stored message's content (erasure's tombstone)."""
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": self._key(conversation_id, seq),
+                "UpdateExpression": "SET content = :content, erased_at = :now",
+                "ConditionExpression": "attribute_exists(seq)",
+                "ExpressionAttributeValues": to_values({":content": dumps(content), ":now": erased_at}),
+            }
+        }
 
     def get_header(self, conversation_id: str) -> Header | None:
         out = self._db.get_item(TableName=self._table, Key=self._key(conversation_id), ConsistentRead=True)
@@ -125,28 +169,30 @@ class ConversationStore:
 
     def load(self, conversation_id: str) -> list[StoredMessage]:
         """All messages in order: one strongly consistent query, paginated only when long."""
-        messages: list[StoredMessage] = []
-        kwargs: dict[str, Any] = {
+        query = {
             "TableName": self._table,
             "KeyConditionExpression": "conversation_id = :c AND seq > :zero",
             "ExpressionAttributeValues": to_values({":c": conversation_id, ":zero": 0}),
             "ConsistentRead": True,
         }
+        return [
+            StoredMessage(
+                seq=int(item["seq"]),
+                role=item["role"],
+                content=json.loads(item["content"]),
+                created_at=item.get("created_at", ""),
+            )
+            for item in self._every_item(query)
+        ]
+
+    def _every_item(self, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """What ``query`` matches, page after page."""
         while True:
-            out = self._db.query(**kwargs)
-            for raw in out.get("Items", []):
-                item = from_item(raw)
-                messages.append(
-                    StoredMessage(
-                        seq=int(item["seq"]),
-                        role=item["role"],
-                        content=json.loads(item["content"]),
-                        created_at=item.get("created_at", ""),
-                    )
-                )
+            out = self._db.query(**query)
+            yield from (from_item(raw) for raw in out.get("Items", []))
             if "LastEvaluatedKey" not in out:
-                return messages
-            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+                return
+            query = {**query, "ExclusiveStartKey": out["LastEvaluatedKey"]}
 
     def append(
         self,
@@ -154,59 +200,40 @@ class ConversationStore:
         owner: str,
         expected_seq: int,
         messages: list[Message],
+        *,
         now: str,
         usage: Usage | None = None,
-        extra_puts: list[dict[str, Any]] | None = None,
+        audit: list[AuditRecord] | None = None,
         title: str | None = None,
         create: Header | None = None,
         lease_until: int = 0,
     ) -> list[StoredMessage]:
-        """Store messages (and e.g. their audit rows) atomically; returns them with their seqs.
+        """Store messages and their audit rows atomically; returns the messages with their seqs.
 
         Conditioned on holding the lease and on ``next_seq == expected_seq``: a writer that lost the
-        lease, or raced another, gets 409 and stores nothing. With ``create``, the header is written
-        here too, leased to ``owner``: a new conversation exists only once it has messages.
+        lease, or raced another, gets Conflict and stores nothing. With ``create``, the header is
+        written here too, leased to ``owner``: a new conversation exists only once it has messages.
         """
-        stored: list[StoredMessage] = []
-        items: list[dict[str, Any]] = []
-        for offset, message in enumerate(messages):
-            seq = expected_seq + offset
-            stored.append(StoredMessage(seq, message["role"], message["content"], now))
-            items.append(
+        stored = [
+            StoredMessage(expected_seq + offset, message["role"], message["content"], now)
+            for offset, message in enumerate(messages)
+        ]
+        items = [
+            put_new(
+                self._table,
                 {
-                    "Put": {
-                        "TableName": self._table,
-                        "Item": to_item(
-                            {
-                                "conversation_id": conversation_id,
-                                "seq": seq,
-                                "role": message["role"],
-                                "content": dumps(message["content"]),
-                                "created_at": now,
-                            }
-                        ),
-                        "ConditionExpression": "attribute_not_exists(seq)",
-                    }
-                }
+                    "conversation_id": conversation_id,
+                    "seq": m.seq,
+                    "role": m.role,
+                    "content": dumps(m.content),
+                    "created_at": now,
+                },
+                "seq",
             )
+            for m in stored
+        ]
         usage = usage or Usage()
-        update = (
-            "SET next_seq = :next, updated_at = :now "
-            "ADD input_tokens :i, output_tokens :o, cache_read_input_tokens :cr, cache_creation_input_tokens :cc"
-        )
-        values: dict[str, Any] = {
-            ":next": expected_seq + len(messages),
-            ":now": now,
-            ":expected": expected_seq,
-            ":owner": owner,
-            ":i": usage.input_tokens,
-            ":o": usage.output_tokens,
-            ":cr": usage.cache_read_input_tokens,
-            ":cc": usage.cache_creation_input_tokens,
-        }
-        if title is not None:
-            update = update.replace("SET ", "SET title = if_not_exists(title, :title), ", 1)
-            values[":title"] = title
+        next_seq = expected_seq + len(messages)
         if create is not None:
             header = {
                 "conversation_id": conversation_id,
@@ -214,7 +241,7 @@ class ConversationStore:
                 "customer_id": create.customer_id,
                 "created_at": create.created_at,
                 "updated_at": now,
-                "next_seq": expected_seq + len(messages),
+                "next_seq": next_seq,
                 "lease_owner": owner,
                 "lease_expires_at": lease_until,
                 "input_tokens": usage.input_tokens,
@@ -223,28 +250,27 @@ class ConversationStore:
                 "cache_creation_input_tokens": usage.cache_creation_input_tokens,
                 "title": title,
             }
-            items.append(
-                {
-                    "Put": {
-                        "TableName": self._table,
-                        "Item": to_item(header),
-                        "ConditionExpression": "attribute_not_exists(conversation_id)",
-                    }
-                }
-            )
+            items.append(put_new(self._table, header, "conversation_id"))
         else:
-            items.append(
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": self._key(conversation_id),
-                        "UpdateExpression": update,
-                        "ConditionExpression": "lease_owner = :owner AND next_seq = :expected",
-                        "ExpressionAttributeValues": to_values(values),
-                    }
-                }
+            update = (
+                "SET next_seq = :next, updated_at = :now "
+                "ADD input_tokens :i, output_tokens :o, cache_read_input_tokens :cr, cache_creation_input_tokens :cc"
             )
-        items.extend(extra_puts or [])
+            values: dict[str, Any] = {
+                ":next": next_seq,
+                ":now": now,
+                ":expected": expected_seq,
+                ":i": usage.input_tokens,
+                ":o": usage.output_tokens,
+                ":cr": usage.cache_read_input_tokens,
+                ":cc": usage.cache_creation_input_tokens,
+            }
+            if title is not None:
+                update = update.replace("SET ", "SET title = if_not_exists(title, :title), ", 1)
+                values[":title"] = title
+            advance = self._held(conversation_id, owner, update, values)
+            items.append({"Update": {**advance, "ConditionExpression": f"{LEASE_HELD} AND next_seq = :expected"}})
+        items.extend(record.put(self._audit_table) for record in audit or [])
         try:
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except ClientError as exc:
@@ -256,15 +282,22 @@ class ConversationStore:
     def list_for_customer(
         self, customer_id: int, limit: int = 20, start_key: dict[str, Any] | None = None
     ) -> tuple[list[Header], dict[str, Any] | None]:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": "by_customer",
-            "KeyConditionExpression": "customer_id = :cid",
-            "ExpressionAttributeValues": to_values({":cid": customer_id}),
-            "ScanIndexForward": False,
-            "Limit": limit,
-        }
+        kwargs = self._by_customer(customer_id, ScanIndexForward=False, Limit=limit)
         if start_key:
             kwargs["ExclusiveStartKey"] = start_key
         out = self._db.query(**kwargs)
         return [_header(from_item(i)) for i in out.get("Items", [])], out.get("LastEvaluatedKey")
+
+    def conversation_ids(self, customer_id: int) -> list[str]:
+        """Every conversation of the customer, in id order (all pages of the by_customer index)."""
+        return sorted({str(item["conversation_id"]) for item in self._every_item(self._by_customer(customer_id))})
+
+    def _by_customer(self, customer_id: int, **options: Any) -> dict[str, Any]:
+        """The query of the customer's headers: the by_customer index holds nothing else (no counter, no message)."""
+        return {
+            "TableName": self._table,
+            "IndexName": "by_customer",
+            "KeyConditionExpression": "customer_id = :cid",
+            "ExpressionAttributeValues": to_values({":cid": customer_id}),
+            **options,
+        }

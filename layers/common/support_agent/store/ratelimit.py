@@ -79,7 +79,3 @@ class RateLimiter:
                 f"more than {self.per_minute} {self.kind} in a minute; try again shortly", retry_after=retry_after(now)
             ) from None
         return int(out["Attributes"]["count"]["N"])
-
-
-TurnRateLimiter = RateLimiter
-"""The chat turn limit (the default kind); the name the wiring and older tests use."""
