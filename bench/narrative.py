@@ -194,7 +194,9 @@ def imports(results: dict[str, Any]) -> str:
   deployment cannot skip it without forking PyJWT; noted, not changed.
 * **httpx** is the model client; the chat handler needs it on every turn.
 * Lazy paths already in place: Secrets Manager (boto3 client built only when the key lives there),
-  the clients and settings (built on the first request, not at import), the JWKS client (only
+  the clients and settings (built on the first request, not at import; `wiring.py` imports each
+  function's modules only when it builds them, and only DynamoDB's client with them: SQS, SNS and
+  Step Functions wait for their first call), the JWKS client (only
   with `JWT_JWKS_URL`), Powertools' Tracer (X-Ray) only when tracing is on.
 
 Reductions made (all tests green):
@@ -203,7 +205,7 @@ Reductions made (all tests green):
   refund over the threshold, and building a boto3 client costs ~80 ms of a cold start here;
 * the per-customer rate limiter uses the services' DynamoDB client instead of building its own
   (a second client costs 15-50 ms here, its service model already cached);
-* the model's HTTP client loads a CA bundle only for an https endpoint (`llm/retry.http_client`):
+* the model's HTTP client loads a CA bundle only for an https endpoint (`llm/http.http_client`):
   certifi's bundle costs 60-100 ms of CPU to load, wasted on the plain-http local and simulated
   models. In production both sides pay TLS setup once (botocore's first HTTPS connection loads the
   same bundle), so this removes a bench-only penalty, not a production cost;

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from support_agent.llm.anthropic import AnthropicClient
+from support_agent.llm.retry import RetryPolicy
 from support_agent.messages import Deadline
 
 pytestmark = [
@@ -35,7 +36,7 @@ def test_a_tiny_tool_call_round_trip() -> None:
         model=os.environ.get("LIVE_MODEL_ID", "claude-haiku-4-5"),
         max_tokens=200,
         base_url=os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
-        max_retries=2,
+        policy=RetryPolicy(max_retries=2),
     )
     try:
         response = client.create(

@@ -28,8 +28,9 @@ from support_agent.agent.untrusted import unfence
 from support_agent.api.contract import status_and_code
 from support_agent.errors import ServiceError
 from support_agent.llm.anthropic import AnthropicClient
-from support_agent.llm.base import Deadline, LlmResponse, Message, Usage
+from support_agent.llm.base import LlmResponse, Message, Usage
 from support_agent.llm.breaker import CircuitBreaker
+from support_agent.llm.retry import RetryPolicy
 from support_agent.store.dynamo import to_item
 from tests.reliability.checks import (
     BackendWorld,
@@ -43,8 +44,9 @@ from tests.reliability.checks import (
 )
 from tests.reliability.conftest import CI, SLOW
 from tests.reliability.figures import count
-from tests.reliability.wire import messages_transport
 from tests.support.harness import Harness, make_harness
+from tests.support.scripted import FakeModel, Request
+from tests.support.transport import scripted_transport
 
 TOOLS = ("lookup_order", "list_invoices", "request_refund", "escalate_to_human")
 STOP_REASONS = (
@@ -283,27 +285,19 @@ session = st.lists(st.tuples(st.booleans(), turn_script), min_size=1, max_size=3
 
 
 @dataclass
-class FuzzModel:
+class FuzzModel(FakeModel):
     orders: Orders | None = None
     script: list[dict[str, Any]] = field(default_factory=list)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     calls: int = 0
     authored: set[int] = field(default_factory=set)  # ids the model wrote itself: echoing them is no leak
 
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
+    def respond(self, request: Request) -> LlmResponse:
         self.calls += 1
         if not self.script:
             return LlmResponse("end_turn", [{"type": "text", "text": "done"}], Usage(10, 5))
         step = self.script.pop(0)
-        seen = _latest_results(messages)
+        seen = _latest_results(request.messages)
         out: list[Any] = []
         last_id = None
         assert self.orders is not None
@@ -342,11 +336,10 @@ def _agent_with_fuzz(h: Harness, model: FuzzModel) -> None:
     h.agent.llm = AnthropicClient(
         api_key="sk-test",
         model="claude-test",
-        transport=messages_transport(model),
-        max_retries=0,
-        breaker=CircuitBreaker(failure_threshold=10**9, clock=h.clock),
-        sleep=lambda _s: None,
-        clock=h.clock,
+        transport=scripted_transport(model),
+        policy=RetryPolicy(
+            max_retries=0, breaker=CircuitBreaker(failure_threshold=10**9, clock=h.clock), sleep=lambda _s: None
+        ),
     )
 
 

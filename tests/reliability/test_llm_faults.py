@@ -28,12 +28,13 @@ from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
+from support_agent.llm.retry import RetryPolicy
 from support_agent.messages import Deadline, Usage
 from tests.reliability.checks import MotoSnapshot, World, check_conversation, sdk_problems
 from tests.reliability.conftest import CI, SLOW
 from tests.reliability.figures import count
-from tests.reliability.wire import lenient_json, message_json
 from tests.support.harness import Harness
+from tests.support.transport import lenient_json, message_json
 
 TURN_SECONDS = 27.0 - 1.5  # the handler's deadline: min(Lambda remaining, 27 s) minus the persist reserve
 COOLDOWN = 30.0
@@ -128,10 +129,11 @@ def _client(h: Harness, wire: Wire) -> AnthropicClient:
         api_key="sk-ant-test",
         model="claude-test",
         transport=httpx.MockTransport(wire),
-        max_retries=h.settings.llm_max_retries,
-        breaker=CircuitBreaker(5, COOLDOWN, clock=h.clock),
-        sleep=h.clock.advance,
-        clock=h.clock,
+        policy=RetryPolicy(
+            max_retries=h.settings.llm_max_retries,
+            breaker=CircuitBreaker(5, COOLDOWN, clock=h.clock),
+            sleep=h.clock.advance,
+        ),
     )
 
 

@@ -93,7 +93,7 @@ def make_harness(**env: str) -> Harness:
     seed(ddb, settings.customer_data_table)
     model = ScriptedModel()
     clock = FakeClock()
-    conversations = ConversationStore(ddb, settings.conversations_table)
+    conversations = ConversationStore(ddb, settings.conversations_table, settings.audit_table)
     harness: Harness
 
     def checkpoint(step: str) -> None:
@@ -106,7 +106,6 @@ def make_harness(**env: str) -> Harness:
         model,
         conversations,
         build_registry(settings, ddb, sqs),
-        settings.audit_table,
         clock=clock,
         checkpoint=checkpoint,
     )

@@ -24,6 +24,7 @@ from support_agent.llm.anthropic import AnthropicClient, build_body, encode_body
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.factory import llm_client_from_settings
+from support_agent.llm.retry import RetryPolicy
 from support_agent.messages import Deadline
 
 API_KEY = "sk-ant-test-0123456789"
@@ -167,13 +168,14 @@ def make_client(
         model="claude-test",
         max_tokens=256,
         base_url="https://llm.example/",
-        max_retries=max_retries,
-        read_timeout=read_timeout,
-        breaker=breaker or CircuitBreaker(5, 30.0, clock=t.clock),
         transport=httpx.MockTransport(script),
-        sleep=t.sleep,
-        clock=t.clock,
-        random=random,
+        policy=RetryPolicy(
+            max_retries=max_retries,
+            read_timeout=read_timeout,
+            breaker=breaker or CircuitBreaker(5, 30.0, clock=t.clock),
+            sleep=t.sleep,
+            random=random,
+        ),
     )
 
 
@@ -383,11 +385,11 @@ def test_usage_parsing_with_cache_tokens_and_missing_or_null_fields() -> None:
 def test_429_with_retry_after_then_success_honours_the_header() -> None:
     t = FakeTime()
     script = Script(err(429, "rate_limit_error", headers={"retry-after": "2"}), ok())
-    client = make_client(script, t)
-    assert call(client).text() == "Hello."
+    response = call(make_client(script, t))
+    assert response.text() == "Hello."
     assert t.sleeps == [2.0]
     assert len(script.requests) == 2
-    assert client.last_retries == 1
+    assert response.retries == 1
 
 
 @pytest.mark.parametrize("status", [529, 500, 502, 503, 504, 408])
@@ -420,10 +422,9 @@ def test_timeouts_and_connection_errors_are_retried(exc: Exception) -> None:
 def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
     t = FakeTime()
     script = Script(*[err(503, "api_error")] * 7, ok())
-    client = make_client(script, t, max_retries=7, random=lambda: 1.0)
-    call(client)
+    response = call(make_client(script, t, max_retries=7, random=lambda: 1.0))
     assert t.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
-    assert client.last_retries == 7
+    assert response.retries == 7
 
 
 def test_malformed_200_body_is_retried_as_a_transient_fault() -> None:
@@ -638,7 +639,7 @@ def test_concurrent_turns_share_one_client() -> None:
     for th in threads:
         th.join()
     assert len(results) == 8 and len(script.requests) == 8
-    assert client.breaker.state == "closed"
+    assert client.policy.breaker.state == "closed"
 
 
 # -- the factory ---------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Each adapter talks to its provider's wire format — httpx.MockTransport for the two HTTP APIs, a
 botocore Stubber behind a real `bedrock-runtime` client for Bedrock — and the real loop drives it on
 moto tables. Tests script *canonical* replies (content blocks, stop reason, usage); each `Wire`
-encodes them in its provider's own format by hand (not with `llm/translate.py`, which is under test)
-and reads the requests back in that format. Every request is also judged from outside: the
+encodes them in its provider's own format without `llm/translate.py`, which is under test (the
+Messages API's with the tests' one converter, `tests.support.transport.message_json`; OpenAI's by
+hand) and reads the requests back in that format. Every request is also judged from outside: the
 `anthropic` SDK's request types (Anthropic, and Bedrock's body) or the simulated server's OpenAI
 validator (`devstack.simulated_model.validate_openai`).
 
@@ -25,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import boto3
 import httpx
@@ -45,14 +46,16 @@ from support_agent.api.contract import status_and_code
 from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
-from support_agent.llm.base import LlmClient
+from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.llm.bedrock import BedrockClient
 from support_agent.llm.breaker import CircuitBreaker
-from support_agent.llm.factory import llm_client_from_settings
+from support_agent.llm.factory import ADAPTERS, llm_client_from_settings
 from support_agent.llm.openai import OpenAIClient
+from support_agent.llm.retry import RetryingClient, RetryPolicy
 from support_agent.llm.translate import INVALID_ARGUMENTS
 from support_agent.messages import Block, Deadline, Usage
 from tests.support.harness import FakeClock, Harness, make_harness
+from tests.support.transport import message_json
 
 MODEL = "claude-test"
 BEDROCK_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-test-v1:0"
@@ -149,12 +152,16 @@ class Wire:
     def client(self, clock: FakeClock, max_retries: int = 3) -> LlmClient:
         raise NotImplementedError
 
-    def _sleep(self, clock: FakeClock) -> Any:
+    def policy(self, clock: FakeClock, max_retries: int) -> RetryPolicy:
+        """Every adapter's retry policy here: fake time, recorded sleeps, jitter fixed at half."""
+
         def sleep(seconds: float) -> None:
             self.sleeps.append(seconds)
             clock.advance(seconds)
 
-        return sleep
+        return RetryPolicy(
+            max_retries=max_retries, breaker=CircuitBreaker(100, 30.0, clock=clock), sleep=sleep, random=lambda: 0.5
+        )
 
     # Reading a request in the provider's own format.
     def tool_choice(self, body: dict[str, Any]) -> Any:
@@ -190,22 +197,7 @@ def _messages_api_json(step: Reply) -> dict[str, Any]:
         if raw is not None:
             block["input"] = raw  # a broken gateway: the arguments as a string
         content.append(block)
-    u = step.usage
-    return {
-        "id": "msg_conformance",
-        "type": "message",
-        "role": "assistant",
-        "model": MODEL,
-        "content": content,
-        "stop_reason": step.native or step.stop,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
-            "cache_read_input_tokens": u.cache_read_input_tokens,
-            "cache_creation_input_tokens": u.cache_creation_input_tokens,
-        },
-    }
+    return message_json(LlmResponse(step.native or step.stop, content, step.usage), MODEL, "msg_conformance")
 
 
 def _strip_cache_control(value: Any) -> Any:
@@ -247,12 +239,8 @@ class AnthropicWire(Wire):
             api_key="sk-ant-test",
             model=MODEL,
             base_url="https://anthropic.test",
-            max_retries=max_retries,
-            breaker=CircuitBreaker(100, 30.0, clock=clock),
             transport=httpx.MockTransport(self.handle),
-            sleep=self._sleep(clock),
-            clock=clock,
-            random=lambda: 0.5,
+            policy=self.policy(clock, max_retries),
         )
 
 
@@ -321,12 +309,8 @@ class OpenAIWire(Wire):
             api_key="sk-openai-test",
             model=MODEL,
             base_url="https://gateway.test/v1/",
-            max_retries=max_retries,
-            breaker=CircuitBreaker(100, 30.0, clock=clock),
             transport=httpx.MockTransport(self.handle),
-            sleep=self._sleep(clock),
-            clock=clock,
-            random=lambda: 0.5,
+            policy=self.policy(clock, max_retries),
         )
 
     def tool_choice(self, body: dict[str, Any]) -> Any:
@@ -411,11 +395,7 @@ class BedrockWire(Wire):
             model_id=BEDROCK_PROFILE,
             max_tokens=1024,
             client=_StubbedRuntime(self, BedrockWire.runtime, BedrockWire.stubber),
-            max_retries=max_retries,
-            breaker=CircuitBreaker(100, 30.0, clock=clock),
-            sleep=self._sleep(clock),
-            clock=clock,
-            random=lambda: 0.5,
+            policy=self.policy(clock, max_retries),
         )
 
 
@@ -726,11 +706,11 @@ def test_usage_is_uncached_input_plus_cached_reads(solo: Wire) -> None:
 def test_transient_faults_are_retried_with_backoff(solo: Wire, kind: str) -> None:
     clock = FakeClock()
     solo.steps = [Fault(kind), Fault(kind), answer("ok")]
-    client = solo.client(clock)
-    assert client.create(SYSTEM, HISTORY, TOOLS, deadline=Deadline.after(27, clock)).text() == "ok"
+    response = solo.client(clock).create(SYSTEM, HISTORY, TOOLS, deadline=Deadline.after(27, clock))
+    assert response.text() == "ok"
     assert len(solo.requests) == 3
     assert solo.sleeps == [0.25, 0.5]  # full jitter (random 0.5) of 0.5 * 2**n
-    assert client.last_retries == 2  # type: ignore[attr-defined]
+    assert response.retries == 2
 
 
 def test_retry_after_is_honoured_where_the_provider_sends_it(solo: Wire) -> None:
@@ -745,6 +725,7 @@ def test_retries_run_out_into_model_unavailable(solo: Wire) -> None:
     with pytest.raises(ModelUnavailable) as info:
         solo.client(FakeClock(), max_retries=2).create(SYSTEM, HISTORY, TOOLS)
     assert len(solo.requests) == 3 and status_and_code(info.value)[0] == 503 and info.value.retry_after == 5
+    assert info.value.retries == 2  # the error says how often it was retried: the adapter keeps no count
 
 
 @pytest.mark.parametrize(("kind", "error"), [("invalid", ModelRefused), ("quota", ModelUnavailable)])
@@ -779,7 +760,7 @@ def test_an_attempt_never_outlives_the_deadline(solo: Wire) -> None:
     if solo.name == "bedrock":
         release = threading.Event()
         runtime = _Hanging(release)
-        client = BedrockClient(model_id=BEDROCK_PROFILE, client=runtime, max_retries=3)
+        client = BedrockClient(model_id=BEDROCK_PROFILE, client=runtime, policy=RetryPolicy(max_retries=3))
         started = time.monotonic()
         with pytest.raises(ModelUnavailable):
             client.create(SYSTEM, HISTORY, TOOLS, deadline=Deadline.after(0.3))
@@ -906,6 +887,21 @@ def test_the_factory_builds_bedrock_lazily_in_the_profiles_region() -> None:
         missing.create(SYSTEM, HISTORY, TOOLS)
 
 
+def test_every_provider_the_settings_accept_is_one_factory_row_given_the_one_policy() -> None:
+    """A provider is one row of `ADAPTERS`; whichever is chosen gets the settings' `RetryPolicy` and the
+    breaker the caller shares, never keyword arguments of its own."""
+    accepted = set(get_args(Settings.model_fields["llm_provider"].annotation))
+    assert set(ADAPTERS) == accepted
+    shared = CircuitBreaker(3, 10.0)
+    env = {"LLM_MAX_RETRIES": "2", "LLM_CONNECT_TIMEOUT": "1.5", "LLM_READ_TIMEOUT": "9", "BEDROCK_MODEL_ID": "m"}
+    for provider in sorted(accepted):
+        client = llm_client_from_settings(_settings(LLM_PROVIDER=provider, **env), breaker=shared)
+        assert isinstance(client, RetryingClient), provider
+        policy = client.policy
+        assert (policy.max_retries, policy.connect_timeout, policy.read_timeout) == (2, 1.5, 9.0), provider
+        assert policy.breaker is shared, provider
+
+
 def test_cold_start_loads_only_the_chosen_adapter() -> None:
     """Importing the chat path and building the Anthropic client loads neither the OpenAI nor the
     Bedrock adapter, nor the openai SDK; the Bedrock adapter builds no boto3 client until called."""
@@ -949,9 +945,12 @@ def test_bedrock_error_codes(code: str, status: int, retried: bool) -> None:
         stubber.add_response(
             "invoke_model", {"body": StreamingBody(io.BytesIO(data), len(data)), "contentType": "json"}
         )
-    client = BedrockClient(model_id=BEDROCK_PROFILE, client=BedrockWire.runtime, sleep=lambda _s: None)
+    client = BedrockClient(
+        model_id=BEDROCK_PROFILE, client=BedrockWire.runtime, policy=RetryPolicy(sleep=lambda _s: None)
+    )
     if retried:
-        assert client.create(SYSTEM, HISTORY, TOOLS).text() == "ok" and client.last_retries == 1
+        response = client.create(SYSTEM, HISTORY, TOOLS)
+        assert response.text() == "ok" and response.retries == 1
     else:
         with pytest.raises(ModelRefused, match=code):
             client.create(SYSTEM, HISTORY, TOOLS)

@@ -22,6 +22,7 @@ from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.bedrock import BedrockClient
 from support_agent.llm.openai import OpenAIClient
+from support_agent.llm.retry import RetryPolicy
 
 ACCOUNT = "123456789012"
 ROLE = "support-agent-dev-ChatFunctionRole-AbCdEf123"
@@ -32,6 +33,10 @@ SECRET_TEXT = (
 )
 KEY = "sk-test-0123456789abcdef"
 HISTORY: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+
+
+def _once() -> RetryPolicy:
+    return RetryPolicy(max_retries=0, sleep=lambda _s: None)
 
 
 def _http(status: int, body: Any) -> httpx.MockTransport:
@@ -57,20 +62,20 @@ def _assert_redacted(err: ModelRefused, expected: str, caplog: pytest.LogCapture
 
 def test_anthropic_refusal(caplog: pytest.LogCaptureFixture) -> None:
     wire = _http(403, {"type": "error", "error": {"type": "permission_error", "message": f"{SECRET_TEXT} ({KEY})"}})
-    err = _refusal(lambda: AnthropicClient(api_key=KEY, model="m", transport=wire, max_retries=0), caplog)
+    err = _refusal(lambda: AnthropicClient(api_key=KEY, model="m", transport=wire, policy=_once()), caplog)
     _assert_redacted(err, "the model API refused the request (HTTP 403 permission_error)", caplog)
 
 
 def test_openai_refusal(caplog: pytest.LogCaptureFixture) -> None:
     body = {"error": {"type": "invalid_request_error", "code": "model_not_found", "message": f"{SECRET_TEXT} {KEY}"}}
-    err = _refusal(lambda: OpenAIClient(api_key=KEY, model="m", transport=_http(404, body), max_retries=0), caplog)
+    err = _refusal(lambda: OpenAIClient(api_key=KEY, model="m", transport=_http(404, body), policy=_once()), caplog)
     _assert_redacted(err, "the model API refused the request (HTTP 404 model_not_found)", caplog)
 
 
 def test_free_text_in_the_error_type_is_not_passed_on(caplog: pytest.LogCaptureFixture) -> None:
     """A compatible server (or a proxy) may put anything in `type`/`code`: only an identifier goes out."""
     body = {"error": {"type": f"denied for {ACCOUNT}", "code": ARN, "message": SECRET_TEXT}}
-    err = _refusal(lambda: OpenAIClient(api_key=KEY, model="m", transport=_http(400, body), max_retries=0), caplog)
+    err = _refusal(lambda: OpenAIClient(api_key=KEY, model="m", transport=_http(400, body), policy=_once()), caplog)
     _assert_redacted(err, "the model API refused the request (HTTP 400)", caplog)
 
 
@@ -78,7 +83,7 @@ def test_bedrock_access_denied(caplog: pytest.LogCaptureFixture) -> None:
     runtime = boto3.client("bedrock-runtime", region_name="us-east-1")
     with Stubber(runtime) as stubber:
         stubber.add_client_error("invoke_model", "AccessDeniedException", SECRET_TEXT, 403)
-        err = _refusal(lambda: BedrockClient(model_id=ARN, client=runtime, sleep=lambda _s: None), caplog)
+        err = _refusal(lambda: BedrockClient(model_id=ARN, client=runtime, policy=_once()), caplog)
         stubber.assert_no_pending_responses()
     _assert_redacted(err, "the model API refused the request (Bedrock AccessDeniedException (HTTP 403))", caplog)
 
@@ -97,7 +102,7 @@ def test_bedrock_configuration_fault(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_malformed_answer_names_no_content() -> None:
     """Not a refusal, but the same rule: what the provider sent is not echoed (503 after the retries)."""
     wire = httpx.MockTransport(lambda _r: httpx.Response(200, content=SECRET_TEXT.encode()))
-    client = AnthropicClient(api_key=KEY, model="m", transport=wire, max_retries=0, sleep=lambda _s: None)
+    client = AnthropicClient(api_key=KEY, model="m", transport=wire, policy=_once())
     with pytest.raises(ModelUnavailable) as info:
         client.create("s", HISTORY, [])
     assert status_and_code(info.value)[0] == 503 and ACCOUNT not in json.dumps(error_body(info.value))

@@ -32,7 +32,7 @@ from support_agent import wiring
 from support_agent.approvals.decisions import ApprovalDecisions
 from support_agent.approvals.sweep import ApprovalSweeper
 from support_agent.config import load_settings
-from support_agent.llm.factory import api_key_provider
+from support_agent.llm.keys import key_provider
 from support_agent.messages import Usage
 from support_agent.pricing import estimate_usd, price_for, price_table
 from support_agent.store.approvals import ApprovalStore
@@ -134,8 +134,7 @@ def chat(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Chat]:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     model = ScriptedModel()
-    monkeypatch.setattr(wiring, "LLM_TRANSPORT", scripted_transport(model))
-    wiring.reset()
+    wiring.reset(llm_transport=scripted_transport(model))
     obs.metrics.clear_metrics()
     yield Chat(_load("chat"), model)
     wiring.reset()
@@ -492,7 +491,9 @@ def test_the_api_key_is_read_through_powertools_and_reread_after_max_age(aws: No
             calls.append(kwargs["SecretId"])
             return dict(secrets.get_secret_value(**kwargs))
 
-    key = api_key_provider(settings, Counting())
+    key = key_provider(
+        settings.anthropic_api_key, settings.anthropic_api_key_secret_arn, Counting(), settings.api_key_cache_seconds
+    )
     assert key() == "sk-ant-first" and key() == "sk-ant-first"
     assert calls == [arn]  # cached across calls (and so across warm invocations)
     secrets.put_secret_value(SecretId=arn, SecretString="sk-ant-rotated")

@@ -119,6 +119,12 @@ class Settings(BaseModel):
             raise ValueError("JWT_SECRET must be at least 32 bytes")
         return value
 
+    @property
+    def llm_model(self) -> str:
+        """The model the chosen provider is asked for (each answer names the one that replied)."""
+        chosen = {"openai": self.openai_model, "bedrock": self.bedrock_model_id}.get(self.llm_provider, "")
+        return chosen or self.model_id
+
 
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ

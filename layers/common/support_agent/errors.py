@@ -49,6 +49,12 @@ class Conflict(ServiceError):
     kind = "conflict"
 
 
+class LeaseHeld(Conflict):
+    """Another turn (or an erasure) holds the conversation's lease: the caller may resend once it ends."""
+
+    kind = "lease_held"
+
+
 class TooLarge(ServiceError):
     kind = "too_large"
 
@@ -61,13 +67,19 @@ class RateLimited(ServiceError):
     kind = "rate_limited"
 
 
-class ModelRefused(ServiceError):
+class ModelError(ServiceError):
+    """A model call that failed. ``retries``: how often the adapter tried again first (for the log)."""
+
+    retries = 0
+
+
+class ModelRefused(ModelError):
     """The model API refused the request (a 4xx other than 429): resending will not help."""
 
     kind = "model_error"
 
 
-class ModelUnavailable(ServiceError):
+class ModelUnavailable(ModelError):
     """The model API is down, overloaded or too slow for the turn's deadline; the caller may resend."""
 
     kind = "model_unavailable"

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from support_agent import observability as obs
 from support_agent.agent import budget
@@ -20,8 +19,9 @@ from support_agent.agent.model_output import sanitize_content
 from support_agent.agent.prompt import SYSTEM_PROMPT
 from support_agent.agent.untrusted import fence
 from support_agent.auth import Principal
+from support_agent.clock import utc_now
 from support_agent.config import Settings
-from support_agent.errors import ModelUnavailable, ServiceError, TokenBudgetExhausted
+from support_agent.errors import ModelError, ModelUnavailable, ServiceError, TokenBudgetExhausted
 from support_agent.ids import new_conversation_id
 from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
@@ -30,8 +30,22 @@ from support_agent.store.audit import AuditRecord
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
-CONTINUE_REASONS = ("tool_use", "pause_turn")
-ANSWER_REASONS = ("end_turn", "stop_sequence", "refusal", "max_tokens")
+Step = Literal["run_tools", "resume", "resume_if_cut", "stop"]
+
+STOP_REASON_STEPS: dict[str, Step] = {
+    "tool_use": "run_tools",  # run the calls; their results go back to the model
+    "pause_turn": "resume",  # a long turn paused: ask the model to go on
+    "max_tokens": "resume_if_cut",  # cut off: ask again if tool calls were cut, else the cut text is the reply
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "refusal": "stop",
+}
+"""What follows a model answer, by its stop reason; any other reason stops as ``end_turn``.
+
+Tool calls run only on ``run_tools``: under any other step each one is answered "not executed", so
+the stored history stays valid whatever the model sent.
+"""
+
 MIN_MODEL_SECONDS = 1.0
 NOT_EXECUTED_AFTER_CRASH = "not executed: the previous turn was interrupted; call the tool again if still needed"
 
@@ -73,10 +87,6 @@ class TurnResult:
     trace: list[dict[str, Any]] = field(default_factory=list)
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class Agent:
     def __init__(
         self,
@@ -84,7 +94,6 @@ class Agent:
         llm: LlmClient,
         conversations: ConversationStore,
         tools: ToolRegistry,
-        audit_table: str,
         *,
         clock: Callable[[], float] = time.time,
         now: Callable[[], str] = utc_now,
@@ -92,9 +101,9 @@ class Agent:
     ) -> None:
         self.settings = settings
         self.llm = llm
+        self.model = settings.llm_model  # the model asked; each answer names the one that replied
         self.conversations = conversations
         self.tools = tools
-        self.audit_table = audit_table
         self.clock = clock
         self.now = now
         # A seam for fault-injection tests: called at each step a crash could interrupt.
@@ -116,23 +125,22 @@ class Agent:
             # Nothing is stored until the first write-ahead: a turn that fails before it leaves no trace.
             conversation_id = new_conversation_id()
             header = self.conversations.new_header(conversation_id, customer_id, self.now())
-            new = True
+            unsaved_lease: int | None = lease_until
         else:
-            new = False
+            unsaved_lease = None
             try:
                 header = self.conversations.acquire_lease(
                     conversation_id, customer_id, request_id, int(self.clock()), lease_until
                 )
             except ServiceError:
-                raise  # 404 or 409: the lease is not ours
+                raise  # not found, or the lease is not ours
             except Exception:
                 # The lease may have been written with its answer lost: free it (conditional on owning it).
                 self.conversations.release_lease(conversation_id, request_id)
                 raise
         obs.logger.append_keys(conversation_id=conversation_id)  # on every log line from here on
         try:
-            turn = _Turn(self, principal, customer_id, header, request_id, deadline)
-            turn.unsaved_lease = lease_until if new else None
+            turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease)
             return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, request_id)
@@ -149,21 +157,22 @@ class _Turn:
         header: Header,
         request_id: str,
         deadline: Deadline,
+        unsaved_lease: int | None,
     ) -> None:
-        self.a = agent
-        self.s = agent.settings
+        self.agent = agent
+        self.settings = agent.settings
         self.principal = principal
         self.customer_id = customer_id
         self.header = header
-        self.cid = header.conversation_id
+        self.conversation_id = header.conversation_id
         self.request_id = request_id
         self.deadline = deadline
+        self.unsaved_lease = unsaved_lease  # a new conversation's lease, written with its first messages
         self.next_seq = header.next_seq
         self.usage = Usage()
         self.trace: list[dict[str, Any]] = []
         self.tool_calls = 0
-        self.unsaved_lease: int | None = None  # set for a new conversation until its first write
-        self.model = ""  # the model that answered, for the cost estimate
+        self.answered_by = ""  # the model that answered, for the cost estimate
 
     # persistence -------------------------------------------------------------------------
 
@@ -175,14 +184,14 @@ class _Turn:
         title: str | None = None,
     ) -> list[StoredMessage]:
         with obs.span("persist", messages=len(messages), audit_rows=len(audit or [])):
-            stored = self.a.conversations.append(
-                self.cid,
+            stored = self.agent.conversations.append(
+                self.conversation_id,
                 self.request_id,
                 self.next_seq,
                 messages,
-                self.a.now(),
-                usage,
-                extra_puts=[r.put(self.a.audit_table) for r in audit or []],
+                now=self.agent.now(),
+                usage=usage,
+                audit=audit,
                 title=title,
                 create=self.header if self.unsaved_lease is not None else None,
                 lease_until=self.unsaved_lease or 0,
@@ -192,20 +201,28 @@ class _Turn:
         return stored
 
     def _ctx(self, seq: int, tool_use_id: str) -> ToolContext:
-        return ToolContext(self.principal, self.customer_id, self.cid, seq, tool_use_id, self.request_id, self.a.now())
+        return ToolContext(
+            self.principal,
+            self.customer_id,
+            self.conversation_id,
+            seq,
+            tool_use_id,
+            self.request_id,
+            self.agent.now(),
+        )
 
     def _audit(self, use: Block, outcome: ToolOutcome) -> AuditRecord:
         return AuditRecord(
-            stream=self.cid,
+            stream=self.conversation_id,
             action="tool_call",
             actor=self.principal.sub,
             outcome=outcome.outcome,
             customer_id=self.customer_id,
-            created_at=self.a.now(),
+            created_at=self.agent.now(),
             tool=str(use.get("name", ""))[:64],
             input=use.get("input"),
             output=outcome.result,
-            conversation_id=self.cid,
+            conversation_id=self.conversation_id,
             request_id=self.request_id,
             tool_use_id=str(use.get("id")),
         )
@@ -216,13 +233,13 @@ class _Turn:
             {
                 "type": "tool_result",
                 "tool_use_id": use["id"],
-                "content": fence(outcome.result, self.s.tool_output_max_chars),
+                "content": fence(outcome.result, self.settings.tool_output_max_chars),
                 "is_error": outcome.is_error,
             }
             for use, outcome in pairs
         ]
         stored = self._append([{"role": "user", "content": content}], audit=[self._audit(u, o) for u, o in pairs])
-        self.a.checkpoint("after_results_write")
+        self.agent.checkpoint("after_results_write")
         return stored[0].as_message()
 
     # repair --------------------------------------------------------------------------------
@@ -236,47 +253,38 @@ class _Turn:
         pairs = []
         for use in uses:
             # By the call's key alone: its stored input may be erased ({}) or refused by today's model.
-            recorded = self.a.tools.recorded(str(use.get("name", "")), self._ctx(assistant.seq, use["id"]))
-            pairs.append(
-                (
-                    use,
-                    recorded
-                    or ToolOutcome(
-                        {"error": NOT_EXECUTED_AFTER_CRASH},
-                        True,
-                        "not_executed",
-                    ),
-                )
-            )
+            recorded = self.agent.tools.recorded(str(use.get("name", "")), self._ctx(assistant.seq, use["id"]))
+            pairs.append((use, recorded or ToolOutcome({"error": NOT_EXECUTED_AFTER_CRASH}, True, "not_executed")))
         return self._store_results(pairs)
 
     # the loop ------------------------------------------------------------------------------
 
     def run(self, message: str) -> TurnResult:
-        history = self.a.conversations.load(self.cid)
+        history = self.agent.conversations.load(self.conversation_id)
         messages: list[Message] = [m.as_message() for m in history]
         repaired = self._repair(history)
         if repaired is not None:
             messages.append(repaired)
-        if self.header.usage.total >= self.s.conversation_token_budget:
+        if self.header.usage.total >= self.settings.conversation_token_budget:
             raise TokenBudgetExhausted("this conversation has used its token budget; start a new one")
         pending_user: Message | None = {"role": "user", "content": [{"type": "text", "text": message}]}
         last: LlmResponse | None = None
         stop = "max_iterations"
         iteration = 0
-        while iteration < self.s.max_iterations:
+        while iteration < self.settings.max_iterations:
             if self.deadline.remaining() < MIN_MODEL_SECONDS:
                 if pending_user is not None:
                     raise ModelUnavailable("no time left to ask the model", retry_after=1)
                 stop = "deadline"
                 break
-            if self.header.usage.total + self.usage.total >= self.s.conversation_token_budget:
+            if self.header.usage.total + self.usage.total >= self.settings.conversation_token_budget:
                 stop = "budget"
                 break
             iteration += 1
-            final = iteration == self.s.max_iterations
+            final = iteration == self.settings.max_iterations
             request = budget.fit(
-                hist.for_request(messages + ([pending_user] if pending_user else [])), self.s.history_token_budget
+                hist.for_request(messages + ([pending_user] if pending_user else [])),
+                self.settings.history_token_budget,
             )
             try:
                 response = self._call_model(request, final, iteration)
@@ -287,9 +295,10 @@ class _Turn:
                     stop = "deadline"
                     break
                 raise
-            self.a.checkpoint("after_model_call")
+            self.agent.checkpoint("after_model_call")
             last = response
             self.usage += response.usage
+            # Write-ahead: the assistant's content is stored before any of its tool calls runs.
             taken = {b["id"] for m in messages for b in hist.tool_uses(m)}
             assistant = {"role": "assistant", "content": sanitize_content(response.content, taken)}
             stored = self._append(
@@ -299,8 +308,9 @@ class _Turn:
             )
             pending_user = None
             messages.extend(m.as_message() for m in stored)
-            self.a.checkpoint("after_write_ahead")
-            calls, results = self._run_tools(stored[-1], response.stop_reason, final, iteration)
+            self.agent.checkpoint("after_write_ahead")
+            step = STOP_REASON_STEPS.get(response.stop_reason, "stop")
+            calls, results = self._run_tools(stored[-1], response.stop_reason, step, final, iteration)
             if results is not None:
                 messages.append(results)
             self.trace.append(
@@ -310,27 +320,24 @@ class _Turn:
                     "toolCalls": [c.as_json() for c in calls],
                 }
             )
-            reason = response.stop_reason
-            if reason in CONTINUE_REASONS or (reason == "max_tokens" and calls):
-                if final:
-                    break
-                continue
-            stop = reason if reason in ANSWER_REASONS else "end_turn"
-            break
+            if step == "stop" or (step == "resume_if_cut" and not calls):
+                stop = response.stop_reason if response.stop_reason in STOP_REASON_STEPS else "end_turn"
+                break
+            if final:
+                break  # the model would go on, but the turn has no step left: max_iterations
         return self._result(stop, iteration, last)
 
     def _call_model(self, request: list[Message], final: bool, iteration: int) -> LlmResponse:
         """One model call, traced, logged and measured the same way whichever adapter answers."""
-        llm, provider = self.a.llm, self.s.llm_provider
-        model = str(getattr(llm, "model", "") or getattr(llm, "model_id", "") or self.s.model_id)
+        provider, model = self.settings.llm_provider, self.agent.model
         started = time.perf_counter()
         with obs.span("model_call", provider=provider, model=model, iteration=iteration) as span:
             try:
-                response = llm.create(
+                response = self.agent.llm.create(
                     SYSTEM_PROMPT,
                     request,
-                    self.a.tools.specs,
-                    {"type": "none"} if final else None,
+                    self.agent.tools.specs,
+                    {"type": "none"} if final else None,  # the last iteration: words, no tool calls
                     deadline=self.deadline,
                 )
             except ServiceError as exc:
@@ -341,30 +348,30 @@ class _Turn:
                     model=model,
                     iteration=iteration,
                     latency_ms=obs.ms_since(started),
-                    retries=int(getattr(llm, "last_retries", 0) or 0),
+                    retries=exc.retries if isinstance(exc, ModelError) else 0,
                     outcome=outcome,
                     error=exc.kind,
                 )
                 raise
             span.annotate(outcome="ok", stop_reason=response.stop_reason)
+        self.answered_by = response.model or model
         obs.model_call(
             provider=provider,
-            model=response.model or model,
+            model=self.answered_by,
             iteration=iteration,
             latency_ms=obs.ms_since(started),
-            retries=int(getattr(llm, "last_retries", 0) or 0),
+            retries=response.retries,
             outcome="ok",
             usage=response.usage,
             stop_reason=response.stop_reason,
         )
-        self.model = response.model or model
         return response
 
     def _execute(self, use: Block, seq: int, iteration: int) -> ToolOutcome:
         started = time.perf_counter()
         name = str(use.get("name", ""))
         with obs.span(f"tool:{name[:64]}", tool=name[:64], iteration=iteration) as span:
-            outcome = self.a.tools.execute(use["name"], use.get("input"), self._ctx(seq, use["id"]))
+            outcome = self.agent.tools.execute(use["name"], use.get("input"), self._ctx(seq, use["id"]))
             span.annotate(outcome=outcome.outcome)
         self._dispatched(use, iteration, outcome, obs.ms_since(started))
         return outcome
@@ -379,40 +386,45 @@ class _Turn:
             latency_ms=latency_ms,
         )
 
+    def _not_run(self, stop_reason: str, step: Step, final: bool) -> ToolOutcome | None:
+        """Why a tool call is answered without running, or None when it may run."""
+        if step != "run_tools":
+            why = (
+                "the tool call was cut off by the output limit"
+                if stop_reason == "max_tokens"
+                else f"tool calls are not run when the model stops with {stop_reason[:32]!r}"
+            )
+            return ToolOutcome({"error": f"not executed: {why}"}, True, "not_executed")
+        if final:
+            return ToolOutcome(
+                {"error": "not executed: no more tool calls in this turn; answer the customer with what you have"},
+                True,
+                "limit",
+            )
+        if self.tool_calls >= self.settings.max_tool_calls_per_turn:
+            return ToolOutcome(
+                {"error": f"not executed: at most {self.settings.max_tool_calls_per_turn} tool calls per message"},
+                True,
+                "limit",
+            )
+        return None
+
     def _run_tools(
-        self, assistant: StoredMessage, stop_reason: str, final: bool, iteration: int
+        self, assistant: StoredMessage, stop_reason: str, step: Step, final: bool, iteration: int
     ) -> tuple[list[ToolCallTrace], Message | None]:
         uses = hist.tool_uses(assistant.as_message())
         if not uses:
             return [], None
         pairs: list[tuple[Block, ToolOutcome]] = []
         for index, use in enumerate(uses):
-            if stop_reason != "tool_use":
-                why = (
-                    "the tool call was cut off by the output limit"
-                    if stop_reason == "max_tokens"
-                    else f"tool calls are not run when the model stops with {stop_reason[:32]!r}"
-                )
-                outcome = ToolOutcome({"error": f"not executed: {why}"}, True, "not_executed")
-            elif final:
-                outcome = ToolOutcome(
-                    {"error": "not executed: no more tool calls in this turn; answer the customer with what you have"},
-                    True,
-                    "limit",
-                )
-            elif self.tool_calls >= self.s.max_tool_calls_per_turn:
-                outcome = ToolOutcome(
-                    {"error": f"not executed: at most {self.s.max_tool_calls_per_turn} tool calls per message"},
-                    True,
-                    "limit",
-                )
-            else:
-                self.tool_calls += 1
-                pairs.append((use, self._execute(use, assistant.seq, iteration)))
-                self.a.checkpoint(f"after_tool:{index}")
+            skipped = self._not_run(stop_reason, step, final)
+            if skipped is not None:
+                self._dispatched(use, iteration, skipped, 0)
+                pairs.append((use, skipped))
                 continue
-            self._dispatched(use, iteration, outcome, 0)
-            pairs.append((use, outcome))
+            self.tool_calls += 1
+            pairs.append((use, self._execute(use, assistant.seq, iteration)))
+            self.agent.checkpoint(f"after_tool:{index}")
         results = self._store_results(pairs)
         return [ToolCallTrace(u["id"], u["name"], u.get("input"), o.result, o.is_error) for u, o in pairs], results
 
@@ -429,13 +441,15 @@ class _Turn:
             iterations=iterations,
             tool_calls=self.tool_calls,
             usage=self.usage,
-            cost_usd=estimate_usd(self.model or self.s.model_id, self.usage, price_table(self.s.price_table)),
+            cost_usd=estimate_usd(
+                self.answered_by or self.settings.model_id, self.usage, price_table(self.settings.price_table)
+            ),
         )
         return TurnResult(
-            self.cid,
+            self.conversation_id,
             reply,
             stop,
             iterations,
             self.usage,
-            self.trace if self.s.transparency == "verbose" else [],
+            self.trace if self.settings.transparency == "verbose" else [],
         )

@@ -24,45 +24,39 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import random as _random
-import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
-from support_agent.llm.base import LlmResponse
-from support_agent.llm.breaker import CircuitBreaker
+from support_agent.llm.base import LlmResponse, Seams
+from support_agent.llm.http import HttpClient
+from support_agent.llm.keys import key_provider
 from support_agent.llm.retry import (
-    DEFAULT_RETRY_AFTER,
+    SPEND_LIMIT,
     SPEND_LIMIT_RETRY_AFTER,
-    RetryingClient,
+    Attempt,
+    Retryable,
+    RetryPolicy,
     error_type,
-    http_client,
     refused,
     retry_after_header,
 )
-from support_agent.llm.retry import SPEND_LIMIT as _SPEND_LIMIT
-from support_agent.llm.retry import Retryable as _Retryable
-from support_agent.messages import Deadline, Message, Usage
+from support_agent.messages import Message, Usage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_RETRY_AFTER", "AnthropicClient", "build_body", "encode_body", "parse_response"]
+__all__ = ["AnthropicClient", "build_body", "encode_body", "parse_response"]
 
 EPHEMERAL = {"type": "ephemeral"}
 RETRYABLE_STATUS = frozenset({408, 429, 529})
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 
 
-class AnthropicClient(RetryingClient):
-    """One `create` = one Messages API call, with retries, per-attempt timeouts and a breaker.
-
-    `api_key` may be a callable so a key from Secrets Manager is fetched on first use, not at import.
-    `sleep`, `clock` and `random` are injectable so tests never wait. `last_retries` is the number
-    of retries the calling thread's most recent `create` made (observability only).
-    """
+class AnthropicClient(HttpClient):
+    """One `create` = one Messages API call, under the shared `RetryPolicy` (`llm/retry.py`)."""
 
     def __init__(
         self,
@@ -72,78 +66,52 @@ class AnthropicClient(RetryingClient):
         max_tokens: int = 1024,
         base_url: str = "https://api.anthropic.com",
         anthropic_version: str = "2023-06-01",
-        connect_timeout: float = 3.0,
-        read_timeout: float = 25.0,
-        max_retries: int = 3,
-        breaker: CircuitBreaker | None = None,
         transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        random: Callable[[], float] = _random.random,
+        policy: RetryPolicy | None = None,
     ) -> None:
-        super().__init__(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            max_retries=max_retries,
-            breaker=breaker,
-            sleep=sleep,
-            clock=clock,
-            random=random,
-        )
-        self.model = model
-        self.max_tokens = max_tokens
-        self.url = base_url.rstrip("/") + "/v1/messages"
+        super().__init__(base_url.rstrip("/") + "/v1/messages", api_key, model, max_tokens, transport, policy)
         self.anthropic_version = anthropic_version
-        self._api_key = api_key
-        self._http = http_client(self.url, transport)
 
-    def close(self) -> None:
-        self._http.close()
+    @classmethod
+    def from_settings(cls, settings: Settings, policy: RetryPolicy, seams: Seams) -> AnthropicClient:
+        return cls(
+            api_key=key_provider(
+                settings.anthropic_api_key,
+                settings.anthropic_api_key_secret_arn,
+                seams.secrets_client,
+                settings.api_key_cache_seconds,
+            ),
+            model=settings.model_id,
+            max_tokens=settings.max_tokens,
+            base_url=settings.anthropic_base_url,
+            anthropic_version=settings.anthropic_version,
+            transport=seams.transport,
+            policy=policy,
+        )
 
-    # -- the protocol -------------------------------------------------------------------------
-
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
-        self._begin()
-        key = self._api_key() if callable(self._api_key) else self._api_key
+    def _request(
+        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
+    ) -> Attempt:
+        key = self._key()
         if not key:
             raise ModelRefused("model API key not configured")
         content = encode_body(build_body(self.model, self.max_tokens, system, messages, tools, tool_choice))
-        headers = {
-            "x-api-key": key,
-            "anthropic-version": self.anthropic_version,
-            "content-type": "application/json",
-        }
-        return self._retried(lambda: self._attempt(content, headers, key, deadline), deadline)
+        headers = {"x-api-key": key, "anthropic-version": self.anthropic_version, "content-type": "application/json"}
+        return lambda deadline: self._post(content, headers, key, deadline)
 
-    # -- one attempt (retries, deadline and breaker: `llm/retry.py`) --------------------------
+    def _parse(self, data: Any) -> LlmResponse:
+        return parse_response(data)
 
-    def _attempt(self, content: bytes, headers: dict[str, str], key: str, deadline: Deadline | None) -> LlmResponse:
-        try:
-            r = self._http.post(self.url, content=content, headers=headers, timeout=self._timeout(deadline))
-        except httpx.TransportError as exc:
-            raise _Retryable(type(exc).__name__) from None
-        if r.status_code == 200:
-            try:
-                return parse_response(r.json())
-            except ValueError as exc:
-                raise _Retryable(f"malformed response: {exc}") from None
+    def _failure(self, r: httpx.Response, key: str) -> Exception:
         err_type, err_message = _error_of(r)
         reason = f"HTTP {r.status_code} {error_type(err_type)}".rstrip()
         if 400 <= r.status_code < 500 and (
-            err_type == "billing_error" or (err_type != "" and _SPEND_LIMIT.search(err_message))
+            err_type == "billing_error" or (err_type != "" and SPEND_LIMIT.search(err_message))
         ):
-            raise ModelUnavailable(f"model API spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER)
+            return ModelUnavailable(f"model API spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER)
         if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
-            raise _Retryable(reason, retry_after_header(r.headers))
-        raise refused(reason, err_message, key)
+            return Retryable(reason, retry_after_header(r.headers))
+        return refused(reason, err_message, key)
 
 
 # -- request and response, pure functions (tested directly) -----------------------------------

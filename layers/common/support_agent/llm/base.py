@@ -7,11 +7,14 @@ history: blocks must round-trip unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from support_agent.messages import Block, Deadline, Message, Usage
 
-__all__ = ["Block", "Deadline", "LlmClient", "LlmResponse", "Message", "Usage"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["Block", "Deadline", "LlmClient", "LlmResponse", "Message", "Seams", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,8 @@ class LlmResponse:
     stop_reason: str
     content: list[Block]
     usage: Usage = field(default_factory=Usage)
-    model: str = ""
+    model: str = ""  # the model that answered, as the provider names it
+    retries: int = 0  # how often the adapter tried again before this answer
 
     def tool_uses(self) -> list[Block]:
         return [b for b in self.content if isinstance(b, dict) and b.get("type") == "tool_use"]
@@ -29,7 +33,8 @@ class LlmResponse:
 
 
 class LlmClient(Protocol):
-    """One call to the model. Raises `ModelUnavailable` (retryable, 503) or `ModelRefused` (502)."""
+    """One call to the model. Raises `ModelUnavailable` (retryable) or `ModelRefused`; the answer, or the
+    error, says how often the adapter retried (`retries`), so a shared client keeps no per-call state."""
 
     def create(
         self,
@@ -40,3 +45,12 @@ class LlmClient(Protocol):
         *,
         deadline: Deadline | None = None,
     ) -> LlmResponse: ...
+
+
+@dataclass(frozen=True)
+class Seams:
+    """What the composition root hands an adapter besides settings and policy; tests pass in-process ones."""
+
+    transport: httpx.BaseTransport | None = None  # the HTTP providers' (None: the network)
+    secrets_client: Any = None  # Secrets Manager, for an API key kept there (None: built on first read)
+    sdk_client: Any = None  # a ready provider SDK client, e.g. bedrock-runtime (None: built on first use)

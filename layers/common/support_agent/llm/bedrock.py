@@ -27,21 +27,27 @@ from __future__ import annotations
 
 import json
 import logging
-import random as _random
 import re
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import encode_body, parse_response
-from support_agent.llm.base import LlmResponse
-from support_agent.llm.breaker import CircuitBreaker
-from support_agent.llm.retry import MAX_RETRY_AFTER, Retryable, RetryingClient, error_type, refused
+from support_agent.llm.base import LlmResponse, Seams
+from support_agent.llm.retry import (
+    MAX_RETRY_AFTER,
+    Attempt,
+    Retryable,
+    RetryingClient,
+    RetryPolicy,
+    error_type,
+    refused,
+)
 from support_agent.llm.translate import bedrock_body
 from support_agent.messages import Deadline, Message
 
@@ -66,7 +72,7 @@ def region_of(model_id: str) -> str | None:
 
 
 class BedrockClient(RetryingClient):
-    """One `create` = one `InvokeModel`, with retries, a per-attempt deadline and a breaker.
+    """One `create` = one `InvokeModel`, under the shared `RetryPolicy` (`llm/retry.py`).
 
     `client` is an injected `bedrock-runtime` client (tests pass one with a botocore Stubber);
     without it one is built on first use with botocore retries disabled.
@@ -79,28 +85,24 @@ class BedrockClient(RetryingClient):
         max_tokens: int = 1024,
         region: str | None = None,
         client: Any = None,
-        connect_timeout: float = 3.0,
-        read_timeout: float = 25.0,
-        max_retries: int = 3,
-        breaker: CircuitBreaker | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        random: Callable[[], float] = _random.random,
+        policy: RetryPolicy | None = None,
     ) -> None:
-        super().__init__(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            max_retries=max_retries,
-            breaker=breaker,
-            sleep=sleep,
-            clock=clock,
-            random=random,
-        )
+        super().__init__(policy)
         self.model_id = model_id
         self.max_tokens = max_tokens
         self.region = region or region_of(model_id)
         self._client = client
         self._client_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, policy: RetryPolicy, seams: Seams) -> BedrockClient:
+        return cls(
+            model_id=settings.bedrock_model_id,
+            max_tokens=settings.max_tokens,
+            region=settings.bedrock_region or None,
+            client=seams.sdk_client,
+            policy=policy,
+        )
 
     def runtime(self) -> Any:
         """The bedrock-runtime client, built once on first use."""
@@ -113,27 +115,20 @@ class BedrockClient(RetryingClient):
                     "bedrock-runtime",
                     region_name=self.region,
                     config=Config(
-                        connect_timeout=self.connect_timeout,
-                        read_timeout=self.read_timeout,
+                        connect_timeout=self.policy.connect_timeout,
+                        read_timeout=self.policy.read_timeout,
                         retries={"total_max_attempts": 1, "mode": "standard"},
                     ),
                 )
             return self._client
 
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
-        self._begin()
+    def _request(
+        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
+    ) -> Attempt:
         if not self.model_id:
             raise ModelRefused("Bedrock model id (BEDROCK_MODEL_ID) not configured")
         body = encode_body(bedrock_body(self.max_tokens, system, messages, tools, tool_choice))
-        return self._retried(lambda: self._attempt(body, deadline), deadline)
+        return lambda deadline: self._attempt(body, deadline)
 
     def _invoke(self, body: bytes) -> bytes:
         out = self.runtime().invoke_model(

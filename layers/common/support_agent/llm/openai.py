@@ -21,40 +21,37 @@ for local servers that need none.
 
 from __future__ import annotations
 
-import json
-import logging
-import random as _random
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
 import httpx
 
+from support_agent.config import Settings
 from support_agent.errors import ModelUnavailable
-from support_agent.llm.base import LlmResponse
-from support_agent.llm.breaker import CircuitBreaker
+from support_agent.llm.anthropic import encode_body
+from support_agent.llm.base import LlmResponse, Seams
+from support_agent.llm.http import HttpClient
+from support_agent.llm.keys import key_provider
 from support_agent.llm.retry import (
     SPEND_LIMIT,
     SPEND_LIMIT_RETRY_AFTER,
+    Attempt,
     Retryable,
-    RetryingClient,
+    RetryPolicy,
     error_type,
-    http_client,
     refused,
     retry_after_header,
 )
 from support_agent.llm.translate import openai_request, parse_openai_response
-from support_agent.messages import Deadline, Message
-
-log = logging.getLogger(__name__)
+from support_agent.messages import Message
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
 MaxTokensParam = Literal["max_tokens", "max_completion_tokens"]
 
 
-class OpenAIClient(RetryingClient):
-    """One `create` = one chat completion, with retries, per-attempt timeouts and a breaker.
+class OpenAIClient(HttpClient):
+    """One `create` = one chat completion, under the shared `RetryPolicy` (`llm/retry.py`).
 
     `max_tokens_param`: "max_tokens" is what compatible servers read; OpenAI's newer models want
     "max_completion_tokens".
@@ -68,70 +65,46 @@ class OpenAIClient(RetryingClient):
         max_tokens: int = 1024,
         base_url: str = "https://api.openai.com/v1",
         max_tokens_param: MaxTokensParam = "max_tokens",
-        connect_timeout: float = 3.0,
-        read_timeout: float = 25.0,
-        max_retries: int = 3,
-        breaker: CircuitBreaker | None = None,
         transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        random: Callable[[], float] = _random.random,
+        policy: RetryPolicy | None = None,
     ) -> None:
-        super().__init__(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            max_retries=max_retries,
-            breaker=breaker,
-            sleep=sleep,
-            clock=clock,
-            random=random,
-        )
-        self.model = model
-        self.max_tokens = max_tokens
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        super().__init__(base_url.rstrip("/") + "/chat/completions", api_key, model, max_tokens, transport, policy)
         self.max_tokens_param = max_tokens_param
-        self._api_key = api_key
-        self._http = http_client(self.url, transport)
 
-    def close(self) -> None:
-        self._http.close()
-
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
-        self._begin()
-        key = self._api_key() if callable(self._api_key) else self._api_key
-        body = openai_request(
-            self.model,
-            self.max_tokens,
-            system,
-            messages,
-            tools,
-            tool_choice,
-            max_tokens_param=self.max_tokens_param,
+    @classmethod
+    def from_settings(cls, settings: Settings, policy: RetryPolicy, seams: Seams) -> OpenAIClient:
+        return cls(
+            api_key=key_provider(
+                settings.openai_api_key,
+                settings.openai_api_key_secret_arn,
+                seams.secrets_client,
+                settings.api_key_cache_seconds,
+            ),
+            model=settings.openai_model or settings.model_id,
+            max_tokens=settings.max_tokens,
+            base_url=settings.openai_base_url,
+            max_tokens_param=settings.openai_max_tokens_param,
+            transport=seams.transport,
+            policy=policy,
         )
-        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def _request(
+        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
+    ) -> Attempt:
+        key = self._key()
+        body = openai_request(
+            self.model, self.max_tokens, system, messages, tools, tool_choice, max_tokens_param=self.max_tokens_param
+        )
+        content = encode_body(body)
         headers = {"content-type": "application/json"}
         if key:
             headers["authorization"] = f"Bearer {key}"
-        return self._retried(lambda: self._attempt(content, headers, key, deadline), deadline)
+        return lambda deadline: self._post(content, headers, key, deadline)
 
-    def _attempt(self, content: bytes, headers: dict[str, str], key: str, deadline: Deadline | None) -> LlmResponse:
-        try:
-            r = self._http.post(self.url, content=content, headers=headers, timeout=self._timeout(deadline))
-        except httpx.TransportError as exc:
-            raise Retryable(type(exc).__name__) from None
-        if r.status_code == 200:
-            try:
-                return parse_openai_response(r.json())
-            except ValueError as exc:
-                raise Retryable(f"malformed response: {exc}") from None
+    def _parse(self, data: Any) -> LlmResponse:
+        return parse_openai_response(data)
+
+    def _failure(self, r: httpx.Response, key: str) -> Exception:
         err_type, err_code, err_message = _error_of(r)
         reason = f"HTTP {r.status_code} {error_type(err_code) or error_type(err_type)}".rstrip()
         if 400 <= r.status_code < 500 and (
@@ -140,12 +113,12 @@ class OpenAIClient(RetryingClient):
             or r.status_code == 402
             or SPEND_LIMIT.search(err_message)
         ):
-            raise ModelUnavailable(
+            return ModelUnavailable(
                 f"model API quota or spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER
             )
         if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
-            raise Retryable(reason, retry_after_header(r.headers))
-        raise refused(reason, err_message, key)
+            return Retryable(reason, retry_after_header(r.headers))
+        return refused(reason, err_message, key)
 
 
 def _error_of(r: httpx.Response) -> tuple[str, str, str]:

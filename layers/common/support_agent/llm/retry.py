@@ -3,8 +3,10 @@
 One place decides when a failed model call is tried again, so the three providers keep the same
 rules (docs/ARCHITECTURE.md, rule 4): exponential backoff with full jitter, or the server's own `retry-after`;
 never an attempt after the turn's deadline, never a sleep that would cross it; when retries run out
-→ `ModelUnavailable` (503) with a `retry_after` for clients. An adapter only says, per attempt,
-whether a failure is worth repeating (raise `Retryable`) or final (`ModelRefused`/`ModelUnavailable`).
+→ `ModelUnavailable` (503) with a `retry_after` for clients. The numbers (attempts, backoff, timeouts)
+and the breaker are one `RetryPolicy`, built once from the settings and given to every adapter. An
+adapter only says, per attempt, whether a failure is worth repeating (raise `Retryable`) or final
+(`ModelRefused`/`ModelUnavailable`).
 
 Breaker bookkeeping: a whole call that ended in `ModelUnavailable` after at least one attempt is one
 failure; a `ModelRefused` means the provider answered, so it counts as a success for the breaker.
@@ -14,20 +16,20 @@ from __future__ import annotations
 
 import logging
 import math
+import random as _random
 import re
-import threading
+import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-import httpx
-
+from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
+from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
-from support_agent.messages import Deadline
+from support_agent.messages import Deadline, Message
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 8.0
@@ -35,8 +37,38 @@ DEFAULT_RETRY_AFTER = 5
 MAX_RETRY_AFTER = 60
 SPEND_LIMIT_RETRY_AFTER = 3600
 DEADLINE_MARGIN = 1.0
-WRITE_TIMEOUT = 10.0
 SPEND_LIMIT = re.compile(r"spend|billing|credit|usage limit", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How every adapter retries and times out: one object, given to each, built once from settings.
+
+    `breaker` is shared state on purpose (one per process: `wiring`); `sleep` and `random` are here so
+    tests never wait and see the same jitter.
+    """
+
+    max_retries: int = 3
+    connect_timeout: float = 3.0
+    read_timeout: float = 25.0
+    backoff_base: float = BACKOFF_BASE
+    backoff_cap: float = BACKOFF_CAP
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    sleep: Callable[[float], None] = time.sleep
+    random: Callable[[], float] = _random.random
+
+    @classmethod
+    def from_settings(cls, settings: Settings, breaker: CircuitBreaker | None = None) -> RetryPolicy:
+        return cls(
+            max_retries=settings.llm_max_retries,
+            connect_timeout=settings.llm_connect_timeout,
+            read_timeout=settings.llm_read_timeout,
+            breaker=breaker or CircuitBreaker(settings.breaker_failure_threshold, settings.breaker_cooldown_seconds),
+        )
+
+    def backoff(self, retry: int) -> float:
+        """Full jitter: uniform in [0, min(cap, base * 2**retry))."""
+        return self.random() * min(self.backoff_cap, self.backoff_base * 2**retry)
 
 
 _ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
@@ -71,11 +103,6 @@ class Retryable(Exception):
         self.retry_after = retry_after
 
 
-def backoff(retry: int, random: Callable[[], float]) -> float:
-    """Full jitter: uniform in [0, min(cap, base * 2**retry))."""
-    return random() * min(BACKOFF_CAP, BACKOFF_BASE * 2**retry)
-
-
 def clamp_retry_after(seconds: float | None) -> int:
     """The Retry-After we pass on to our clients: whole seconds, at least 1, at most a minute."""
     if seconds is None:
@@ -95,39 +122,17 @@ def retry_after_header(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-def http_timeout(connect: float, read: float, deadline: Deadline | None) -> httpx.Timeout:
-    """Per attempt, so one attempt never outlives the turn (httpx's read timeout is per read)."""
-    limit = math.inf if deadline is None else max(0.01, deadline.remaining())
-    return httpx.Timeout(
-        connect=min(connect, limit),
-        read=min(read, limit),
-        write=min(WRITE_TIMEOUT, limit),
-        pool=min(connect, limit),
-    )
-
-
-def http_client(url: str, transport: httpx.BaseTransport | None) -> httpx.Client:
-    """The model's HTTP client. A CA bundle is loaded only for an https endpoint: loading certifi's
-    costs a cold start 60-100 ms, wasted on a plain-http one (the local and simulated models);
-    anything but plain http keeps full verification."""
-    return httpx.Client(transport=transport, follow_redirects=False, verify=not url.lower().startswith("http://"))
-
-
 def call_with_retries(
-    attempt: Callable[[], T],
-    *,
-    deadline: Deadline | None,
-    max_retries: int,
-    breaker: CircuitBreaker,
-    sleep: Callable[[float], None],
-    random: Callable[[], float],
-    on_retry: Callable[[int], None] = lambda _n: None,
-) -> T:
-    """`attempt()` until it succeeds, raises a final error, or the retries or the deadline run out."""
-    breaker.allow()
-    attempts = 0
+    attempt: Callable[[], LlmResponse], deadline: Deadline | None, policy: RetryPolicy
+) -> LlmResponse:
+    """`attempt()` until it succeeds, raises a final error, or the retries or the deadline run out.
+
+    The answer, or the model error, carries how many retries it took: the loop logs it, and a shared
+    adapter keeps no per-call state.
+    """
+    policy.breaker.allow()
+    attempts = retry = 0
     try:
-        retry = 0
         while True:
             if deadline is not None and deadline.remaining() <= 0:
                 raise ModelUnavailable(
@@ -138,9 +143,9 @@ def call_with_retries(
                 result = attempt()
                 break
             except Retryable as fault:
-                wait = backoff(retry, random) if fault.retry_after is None else fault.retry_after
+                wait = policy.backoff(retry) if fault.retry_after is None else fault.retry_after
                 retry_after = clamp_retry_after(fault.retry_after)
-                if retry >= max_retries:
+                if retry >= policy.max_retries:
                     raise ModelUnavailable(
                         f"model API unavailable ({fault.reason}) after {retry + 1} attempts",
                         retry_after=retry_after,
@@ -151,73 +156,52 @@ def call_with_retries(
                         retry_after=retry_after,
                     ) from None
                 log.warning("model call failed (%s), retry %d in %.2fs", fault.reason, retry + 1, wait)
-                sleep(wait)
+                policy.sleep(wait)
                 retry += 1
-                on_retry(retry)
-    except ModelUnavailable:
+    except ModelUnavailable as exc:
+        exc.retries = retry
         if attempts:
-            breaker.record_failure()
+            policy.breaker.record_failure()
         else:
-            breaker.release()
+            policy.breaker.release()
         raise
-    except ModelRefused:
-        breaker.record_success()  # the provider answered; the request was at fault
+    except ModelRefused as exc:
+        exc.retries = retry
+        policy.breaker.record_success()  # the provider answered; the request was at fault
         raise
     except BaseException:
-        breaker.release()
+        policy.breaker.release()
         raise
-    breaker.record_success()
-    return result
+    policy.breaker.record_success()
+    return replace(result, retries=retry) if retry else result
+
+
+Attempt = Callable[[Deadline | None], LlmResponse]
 
 
 class RetryingClient:
-    """What every model adapter shares: per-attempt timeouts, retries with jitter bounded by the
-    deadline, a breaker, and the per-thread retry count the loop logs (`last_retries`).
+    """What every model adapter shares: `create` runs the adapter's request under its `RetryPolicy`.
 
-    `sleep`, `clock` and `random` are injectable so tests never wait.
+    An adapter only builds its request (`_request`, once per call; a configuration fault raises there,
+    before the breaker is asked) and says what one attempt does with the time left.
     """
 
-    def __init__(
+    def __init__(self, policy: RetryPolicy | None) -> None:
+        self.policy = policy if policy is not None else RetryPolicy()
+
+    def create(
         self,
+        system: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        tool_choice: dict[str, Any] | None = None,
         *,
-        connect_timeout: float,
-        read_timeout: float,
-        max_retries: int,
-        breaker: CircuitBreaker | None,
-        sleep: Callable[[float], None],
-        clock: Callable[[], float],
-        random: Callable[[], float],
-    ) -> None:
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
-        self.max_retries = max_retries
-        self.breaker = breaker if breaker is not None else CircuitBreaker(clock=clock)
-        self._sleep = sleep
-        self._clock = clock
-        self._random = random
-        self._local = threading.local()
+        deadline: Deadline | None = None,
+    ) -> LlmResponse:
+        attempt = self._request(system, messages, tools, tool_choice)
+        return call_with_retries(lambda: attempt(deadline), deadline, self.policy)
 
-    @property
-    def last_retries(self) -> int:
-        return int(getattr(self._local, "retries", 0))
-
-    def _begin(self) -> None:
-        """A new `create`: its retry count starts at zero, whatever the last call of this thread did."""
-        self._local.retries = 0
-
-    def _retried(self, attempt: Callable[[], T], deadline: Deadline | None) -> T:
-        return call_with_retries(
-            attempt,
-            deadline=deadline,
-            max_retries=self.max_retries,
-            breaker=self.breaker,
-            sleep=self._sleep,
-            random=self._random,
-            on_retry=self._count_retry,
-        )
-
-    def _count_retry(self, retry: int) -> None:
-        self._local.retries = retry
-
-    def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
-        return http_timeout(self.connect_timeout, self.read_timeout, deadline)
+    def _request(
+        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
+    ) -> Attempt:
+        raise NotImplementedError

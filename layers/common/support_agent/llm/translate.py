@@ -25,6 +25,10 @@ cached tokens, so input = prompt_tokens - cached_tokens and cache reads = cached
 (every input model forbids extra properties), so the registry answers an `is_error` result and the
 model sees both the raw text and why it was refused; the loop needs no special case.
 
+The opposite directions (a chat completions request → canonical, a response → a chat completion)
+serve only the local stack's simulated model: `devstack/simulated_model/openai_facade.py`, never
+deployed.
+
 Bedrock `InvokeModel` takes the Anthropic Messages body itself, minus `model` (the model id is a
 request parameter) and with `anthropic_version: bedrock-2023-05-31`: the translation is the
 identity on the history, `cache_control` breakpoints included.
@@ -54,15 +58,6 @@ FINISH_REASONS = {
     "length": "max_tokens",
     "content_filter": "refusal",
 }
-# Canonical stop reason → finish_reason (for the simulated OpenAI server and the round-trip tests).
-STOP_REASONS = {
-    "tool_use": "tool_calls",
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "refusal": "content_filter",
-}
 
 
 def _dumps(value: Any) -> str:
@@ -87,7 +82,7 @@ def _text_content(texts: list[str]) -> str | list[dict[str, str]]:
     return [{"type": "text", "text": t} for t in texts]
 
 
-def _flatten(content: Any) -> str:
+def flat_text(content: Any) -> str:
     """Text of a string or of a list of text blocks/parts."""
     if isinstance(content, str):
         return content
@@ -126,8 +121,17 @@ def openai_tool_choice(choice: dict[str, Any] | None) -> str | dict[str, Any] | 
     return "auto"
 
 
+def openai_tool_call(block: Block) -> dict[str, Any]:
+    """A `tool_use` block as a `tool_calls` entry: `arguments` is the input as a JSON string."""
+    return {
+        "id": block["id"],
+        "type": "function",
+        "function": {"name": block["name"], "arguments": _dumps(block.get("input", {}))},
+    }
+
+
 def tool_result_text(block: Block) -> str:
-    text = _flatten(block.get("content"))
+    text = flat_text(block.get("content"))
     return ERROR_PREFIX + text if block.get("is_error") else text
 
 
@@ -138,15 +142,7 @@ def openai_messages(system: str, messages: list[Message]) -> list[dict[str, Any]
         blocks = _blocks(message)
         if message.get("role") == "assistant":
             texts = [t for t in _texts(blocks) if t]
-            calls = [
-                {
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {"name": b["name"], "arguments": _dumps(b.get("input", {}))},
-                }
-                for b in blocks
-                if b.get("type") == "tool_use"
-            ]
+            calls = [openai_tool_call(b) for b in blocks if b.get("type") == "tool_use"]
             assistant: dict[str, Any] = {"role": "assistant", "content": _text_content(texts) if texts else None}
             if calls:
                 assistant["tool_calls"] = calls
@@ -229,7 +225,8 @@ def tool_use_block(call: Any, salt: str, index: int) -> Block | None:
     }
 
 
-def _text_blocks(content: Any) -> list[Block]:
+def text_blocks(content: Any) -> list[Block]:
+    """Text blocks of a message's `content` (a string or text parts), empty texts dropped."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if isinstance(content, list):
@@ -274,7 +271,7 @@ def parse_openai_response(data: Any) -> LlmResponse:
     message = choices[0].get("message")
     if not isinstance(message, dict):
         raise ValueError("no message")
-    content = _text_blocks(message.get("content"))
+    content = text_blocks(message.get("content"))
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal.strip() and not content:
         content = [{"type": "text", "text": refusal}]
@@ -288,83 +285,6 @@ def parse_openai_response(data: Any) -> LlmResponse:
     return LlmResponse(
         stop_reason=reason, content=content, usage=openai_usage(data.get("usage")), model=str(data.get("model") or "")
     )
-
-
-def canonical_messages(messages: list[dict[str, Any]]) -> tuple[str, list[Message]]:
-    """(system, canonical history) from chat completions messages: the inverse of `openai_messages`.
-
-    Consecutive `tool` messages and the user text after them become one user message, results
-    first, as the loop sends them.
-    """
-    system: list[str] = []
-    out: list[Message] = []
-    for index, message in enumerate(messages):
-        role = message.get("role")
-        if role in ("system", "developer"):
-            system.append(_flatten(message.get("content")))
-        elif role == "assistant":
-            blocks = _text_blocks(message.get("content"))
-            calls = message.get("tool_calls")
-            for i, call in enumerate(calls if isinstance(calls, list) else []):
-                use = tool_use_block(call, str(index), i)
-                if use is not None:
-                    blocks.append(use)
-            out.append({"role": "assistant", "content": blocks})
-        elif role == "tool":
-            text = _flatten(message.get("content"))
-            is_error = text.startswith(ERROR_PREFIX)
-            result = {
-                "type": "tool_result",
-                "tool_use_id": str(message.get("tool_call_id", "")),
-                "content": text[len(ERROR_PREFIX) :] if is_error else text,
-                "is_error": is_error,
-            }
-            if not (out and out[-1]["role"] == "user"):
-                out.append({"role": "user", "content": []})
-            out[-1]["content"].append(result)
-        elif role == "user":
-            if not (out and out[-1]["role"] == "user"):
-                out.append({"role": "user", "content": []})
-            out[-1]["content"].extend(_text_blocks(message.get("content")))
-    return "\n\n".join(system), out
-
-
-def openai_completion(response: LlmResponse, *, completion_id: str, created: int = 0) -> dict[str, Any]:
-    """A chat completion carrying `response`: the inverse of `parse_openai_response`.
-
-    Lossy where OpenAI has no field: `stop_sequence` and `pause_turn` read back as end_turn, cache
-    writes are counted as plain prompt tokens.
-    """
-    texts = _texts(response.content)
-    calls = [
-        {"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": _dumps(b.get("input", {}))}}
-        for b in response.tool_uses()
-    ]
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None, "refusal": None}
-    if calls:
-        message["tool_calls"] = calls
-    u = response.usage
-    cached = u.cache_read_input_tokens
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": response.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": STOP_REASONS.get(response.stop_reason, "stop"),
-                "logprobs": None,
-            }
-        ],
-        "usage": {
-            "prompt_tokens": u.input_tokens + u.cache_creation_input_tokens + cached,
-            "completion_tokens": u.output_tokens,
-            "total_tokens": u.input_tokens + u.cache_creation_input_tokens + cached + u.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        },
-    }
 
 
 # -- canonical → Bedrock InvokeModel -------------------------------------------------------------

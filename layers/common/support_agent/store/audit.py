@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from support_agent.ids import ulid
-from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, to_item, to_values
+from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, put_new, to_values
 
 AUDIT_PAYLOAD_MAX_CHARS = 4000
 
@@ -37,8 +37,10 @@ class AuditRecord:
     tool_use_id: str | None = None
     event_id: str = field(default_factory=ulid)
 
-    def item(self) -> dict[str, Any]:
-        return to_item(
+    def put(self, table: str) -> dict[str, Any]:
+        """The TransactWriteItems element that writes this row exactly once."""
+        return put_new(
+            table,
             {
                 "stream": self.stream,
                 "event_id": self.event_id,
@@ -54,18 +56,9 @@ class AuditRecord:
                 "approval_id": self.approval_id,
                 "request_id": self.request_id,
                 "tool_use_id": self.tool_use_id,
-            }
+            },
+            "event_id",
         )
-
-    def put(self, table: str) -> dict[str, Any]:
-        """The TransactWriteItems element that writes this row exactly once."""
-        return {
-            "Put": {
-                "TableName": table,
-                "Item": self.item(),
-                "ConditionExpression": "attribute_not_exists(event_id)",
-            }
-        }
 
 
 class AuditStore:
