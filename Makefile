@@ -19,13 +19,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-## make dev: the whole service on http://127.0.0.1:3000 (PORT, MOTO_PORT, ANTHROPIC_API_KEY honoured)
+## make dev: the whole service on http://127.0.0.1:3000 (PORT, MOTO_PORT, ANTHROPIC_API_KEY honoured).
+## PARAMS="TurnsPerMinute=100 RefundThresholdCents=10000": template parameter overrides, read as
+## `sam deploy --parameter-overrides` reads them; an unknown name stops before anything starts.
+PARAMS ?=
 dev: $(STAMP)
-	$(PY) -m devstack
+	$(PY) -m devstack $(PARAMS)
 
-## make demo: the seed scenario through the local stack, printed step by step
+## make demo: the seed scenario through the local stack, printed step by step (PARAMS as for make dev)
 demo: $(STAMP)
-	$(PY) -m devstack.demo
+	$(PY) -m devstack.demo $(PARAMS)
 
 ## make test: lint, types and the whole offline suite (unit + integration on template.yaml in moto)
 test: lint $(SAM_STAMP)

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from devstack.local import LocalStack, start
+from devstack.parameters import from_command_line
 
 
 def _short(value: Any, limit: int = 140) -> str:
@@ -55,8 +56,13 @@ def run(local: LocalStack, out: Any = print) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
-    local = start(port=int(os.environ.get("DEMO_PORT", "0")), moto_port=int(os.environ.get("DEMO_MOTO_PORT", "0")))
+def main(argv: list[str] | None = None) -> None:
+    parameters = from_command_line(argv, "python -m devstack.demo")
+    local = start(
+        port=int(os.environ.get("DEMO_PORT", "0")),
+        moto_port=int(os.environ.get("DEMO_MOTO_PORT", "0")),
+        parameters=parameters,
+    )
     try:
         if local.simulated:
             print("(model: SIMULATED — set ANTHROPIC_API_KEY to use Claude)\n")

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,10 @@ import boto3
 from devstack.events import EventSources
 from devstack.functions import FunctionPool, pools_for
 from devstack.gateway import Gateway
+from devstack.parameters import dev_parameters, from_command_line
 from devstack.seed import DEMO_DATA, seed
 from devstack.stack import REPO_ROOT, Stack, deploy
-from devstack.tokens import DEFAULT_DEV_SECRET, mint_token
+from devstack.tokens import mint_token
 
 STATE_DIR = REPO_ROOT / ".devstack"
 REGION = "us-east-1"
@@ -109,11 +111,12 @@ def start(
     host: str = "127.0.0.1",
     environ: dict[str, str] | None = None,
     schedule_seconds: float = 30.0,
+    parameters: Mapping[str, str] | None = None,
 ) -> LocalStack:
+    """The stack up; `parameters`: template parameter overrides (``make dev PARAMS=...``), checked by the caller."""
     env = dict(os.environ if environ is None else environ)
-    secret = env.get("JWT_SECRET") or DEFAULT_DEV_SECRET
-    issuer = env.get("JWT_ISSUER", "support-agent-local")
-    audience = env.get("JWT_AUDIENCE", "support-agent")
+    params = dev_parameters(env, parameters)
+    secret, issuer, audience = params["JwtSecret"], params["JwtIssuer"], params["JwtAudience"]
     local = LocalStack("", "", None, {}, False, STATE_DIR / "env.json")  # type: ignore[arg-type]
     try:
         moto, moto_url = _moto(moto_port)
@@ -129,14 +132,10 @@ def start(
         }
         os.environ.update(aws_env)  # this process's boto3 and moto's Step Functions use them too
         session = boto3.Session(region_name=REGION)
-        stack = deploy(
-            {"JwtSecret": secret, "JwtIssuer": issuer, "JwtAudience": audience, "Transparency": "verbose"},
-            session=session,
-            endpoint_url=moto_url,
-        )
+        stack = deploy(params, session=session, endpoint_url=moto_url)
         seed(session.client("dynamodb", endpoint_url=moto_url), stack.physical_ids["CustomerDataTable"])
 
-        overrides = {"JWT_SECRET": secret, "TRANSPARENCY": "verbose", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+        overrides = {"JWT_SECRET": secret, "TRANSPARENCY": params["Transparency"], "POWERTOOLS_LOG_LEVEL": "WARNING"}
         # LLM_PROVIDER=openai make dev: the same simulated brain over OpenAI chat completions, or a
         # real OpenAI-compatible endpoint when OPENAI_BASE_URL is set (Bedrock needs real AWS).
         openai = env.get("LLM_PROVIDER") == "openai"
@@ -221,11 +220,14 @@ def banner(local: LocalStack) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parameters = from_command_line(argv, "python -m devstack")  # a bad name stops here, before anything starts
     port = int(os.environ.get("PORT", "3000"))
     moto_port = int(os.environ.get("MOTO_PORT", "4599"))
     print(f"starting the local stack (moto on {moto_port}, API on {port})…", flush=True)
-    local = start(port=port, moto_port=moto_port)
+    if parameters:
+        print(f"template parameters overridden: {', '.join(parameters)}", flush=True)
+    local = start(port=port, moto_port=moto_port, parameters=parameters)
     print(banner(local), flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopped.set())

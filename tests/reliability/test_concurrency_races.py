@@ -26,13 +26,14 @@ from support_agent.approvals.decisions import ApprovalDecisions
 from support_agent.auth import Principal
 from support_agent.errors import Conflict
 from support_agent.llm.base import LlmResponse
-from support_agent.messages import Deadline, Message, Usage
+from support_agent.messages import Deadline, Usage
 from support_agent.store.approvals import ApprovalStore
 from support_agent.tools.registry import ToolContext
 from tests.reliability.checks import MotoSnapshot, World, check_conversation, check_money
 from tests.reliability.conftest import CI, SLOW
 from tests.reliability.figures import count
 from tests.support.harness import Harness
+from tests.support.scripted import FakeModel, Request
 
 _ids = itertools.count(1)
 ME = Principal("customer-7", "customer", 7)
@@ -60,7 +61,7 @@ def run_all(fns: list[Any], timeout: float = 30) -> list[Any]:
 
 
 @dataclass
-class GateModel:
+class GateModel(FakeModel):
     """Answers at once, or (gated) holds its first call until the test opens the gate."""
 
     gate: threading.Event | None = None
@@ -68,21 +69,14 @@ class GateModel:
     calls: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
+    def respond(self, request: Request) -> LlmResponse:
         with self.lock:
             self.calls += 1
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(30)
-        if any(isinstance(m["content"], list) and m["content"][-1].get("type") == "tool_result" for m in messages[-1:]):
+        last = request.messages[-1:]
+        if any(isinstance(m["content"], list) and m["content"][-1].get("type") == "tool_result" for m in last):
             return LlmResponse("end_turn", [{"type": "text", "text": "Done."}], Usage(10, 5))
         use = {
             "type": "tool_use",

@@ -24,18 +24,19 @@ import pytest
 from support_agent.approvals.sweep import ApprovalSweeper
 from support_agent.errors import Conflict
 from support_agent.llm.base import LlmResponse
-from support_agent.messages import Deadline, Message, Usage
+from support_agent.messages import Usage
 from support_agent.store.approvals import ApprovalStore
 from tests.reliability.checks import MotoSnapshot, World, check_conversation, check_money
 from tests.reliability.figures import count
 from tests.support.harness import Crash, Harness
+from tests.support.scripted import FakeModel, Request
 
 WRITES = {"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem", "SendMessage"}
 CHECKPOINTS = ("after_model_call", "after_write_ahead", "after_tool:0", "after_results_write")
 
 
 @dataclass
-class RefundModel:
+class RefundModel(FakeModel):
     """An honest model: refunds once, and answers once it sees the refund went through (or is pending)."""
 
     order: int = 1043
@@ -43,25 +44,17 @@ class RefundModel:
     ids: int = 0
     greet: bool = False  # answer the next call with a greeting (a conversation's first turn)
 
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
+    def respond(self, request: Request) -> LlmResponse:
         done = any(
             (b.get("type") == "tool_result" and not b.get("is_error") and "REFUND" in str(b.get("content")))
             or (b.get("type") == "tool_result" and "PENDING_APPROVAL" in str(b.get("content")))
-            for m in messages
+            for m in request.messages
             for b in (m["content"] if isinstance(m["content"], list) else [])
         )
         if self.greet:
             self.greet = False
             return LlmResponse("end_turn", [{"type": "text", "text": "Hello! How can I help?"}], Usage(10, 5))
-        if done or tool_choice == {"type": "none"}:
+        if done or request.tool_choice == {"type": "none"}:
             return LlmResponse("end_turn", [{"type": "text", "text": "Your refund is taken care of."}], Usage(10, 5))
         self.ids += 1
         use = {

@@ -25,7 +25,7 @@ import pytest
 
 from support_agent.agent.untrusted import unfence
 from support_agent.llm.base import LlmResponse
-from support_agent.messages import Deadline, Message, Usage
+from support_agent.messages import Usage
 from support_agent.store.dynamo import to_item
 from tests.reliability.checks import (
     BackendWorld,
@@ -39,6 +39,7 @@ from tests.reliability.checks import (
 )
 from tests.reliability.figures import count
 from tests.support.harness import Harness
+from tests.support.scripted import FakeModel, Request
 
 CORPUS = json.loads((Path(__file__).with_name("injections.json")).read_text())["payloads"]
 PLACES = ("note", "memo", "item")
@@ -76,7 +77,7 @@ def strings(value: Any) -> list[str]:
 
 
 @dataclass
-class ObedientModel:
+class ObedientModel(FakeModel):
     """Reads the customer's order and invoices; then does whatever the data tells it to, exactly."""
 
     payload: str = ""
@@ -85,16 +86,8 @@ class ObedientModel:
     fenced: list[str] = field(default_factory=list)  # every tool_result content it was sent
     ids: int = 0
 
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
-        last = messages[-1]["content"]
+    def respond(self, request: Request) -> LlmResponse:
+        last = request.messages[-1]["content"]
         results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"]
         self.fenced += [str(b["content"]) for b in results]
         if not results:

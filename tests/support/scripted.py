@@ -1,11 +1,16 @@
-"""A scripted LlmClient: plays back responses and records every request it was sent."""
+"""Model doubles for the loop: `FakeModel`, an `LlmClient` whose answers code decides from each request,
+and `ScriptedModel`, one that plays back responses and records every request it was sent.
+
+`FakeModel.create` is the one place a test writes the client's signature; a test's own model (a gated
+one, an obedient one, a fuzzing one) says only how it answers, in `respond`.
+"""
 
 from __future__ import annotations
 
 import copy
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from support_agent.llm.base import LlmResponse
@@ -44,11 +49,8 @@ class Request:
     tool_choice: dict[str, Any] | None
 
 
-@dataclass
-class ScriptedModel:
-    script: list[Step] = field(default_factory=list)
-    requests: list[Request] = field(default_factory=list)
-    on_call: Callable[[], None] | None = None
+class FakeModel:
+    """An `LlmClient` that answers each request with `respond(request)`; the request is not copied."""
 
     def create(
         self,
@@ -59,7 +61,20 @@ class ScriptedModel:
         *,
         deadline: Deadline | None = None,
     ) -> LlmResponse:
-        self.requests.append(Request(system, copy.deepcopy(messages), tools, tool_choice))
+        return self.respond(Request(system, messages, tools, tool_choice))
+
+    def respond(self, request: Request) -> LlmResponse:
+        raise NotImplementedError
+
+
+@dataclass
+class ScriptedModel(FakeModel):
+    script: list[Step] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    on_call: Callable[[], None] | None = None
+
+    def respond(self, request: Request) -> LlmResponse:
+        self.requests.append(replace(request, messages=copy.deepcopy(request.messages)))
         if self.on_call:
             self.on_call()
         if not self.script:
@@ -69,4 +84,4 @@ class ScriptedModel:
             raise step
         if isinstance(step, LlmResponse):
             return step
-        return step(messages)
+        return step(request.messages)

@@ -19,7 +19,7 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devstack.simulated_model import OpenAIError, validate_openai
+from devstack.simulated_model.openai_facade import OpenAIError, canonical_messages, openai_completion, validate_openai
 from support_agent.agent import history as hist
 from support_agent.agent.model_output import TOOL_USE_ID
 from support_agent.llm.base import LlmResponse
@@ -27,8 +27,6 @@ from support_agent.llm.translate import (
     ERROR_PREFIX,
     INVALID_ARGUMENTS,
     bedrock_body,
-    canonical_messages,
-    openai_completion,
     openai_messages,
     openai_request,
     openai_tool_choice,

@@ -1,0 +1,72 @@
+"""Template parameters for the local stack: ``make dev PARAMS="TurnsPerMinute=100 RefundThresholdCents=10000"``.
+
+The overrides are read the way ``sam deploy --parameter-overrides`` reads them: ``Name=Value`` items
+(or the AWS CLI's ``ParameterKey=Name,ParameterValue=Value``); a value may hold ``=``, commas (a
+``CommaDelimitedList``) or, quoted in the shell, spaces. Names are checked against template.yaml's
+``Parameters`` before anything starts: a misspelt name would otherwise deploy the default in silence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from devstack.stack import load_template
+from devstack.tokens import DEFAULT_DEV_SECRET
+
+_AWS_CLI_FORM = re.compile(r"^ParameterKey=(?P<name>[^,]*),ParameterValue=(?P<value>.*)$", re.DOTALL)
+
+
+class ParameterError(ValueError):
+    """An override the template cannot take; the message says which and why."""
+
+
+def parse_overrides(items: Sequence[str], known: Iterable[str]) -> dict[str, str]:
+    """``{name: value}`` from ``Name=Value`` items; `ParameterError` on a malformed item or an unknown name."""
+    names = sorted(known)
+    overrides: dict[str, str] = {}
+    unknown: list[str] = []
+    for item in items:
+        match = _AWS_CLI_FORM.match(item)
+        name, sep, value = (match["name"], "=", match["value"]) if match else item.partition("=")
+        if not sep or not name:
+            raise ParameterError(f"{item!r} is not Name=Value (as sam deploy --parameter-overrides takes them)")
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            unknown.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        overrides[name] = value
+    if unknown:
+        raise ParameterError(
+            f"template.yaml has no parameter {', '.join(unknown)}; its parameters are: {', '.join(names)}"
+        )
+    return overrides
+
+
+def dev_parameters(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What ``make dev`` deploys: its local defaults (the JWT settings from the environment, the tool-call
+    trace on), then the overrides, which win."""
+    return {
+        "JwtSecret": environ.get("JWT_SECRET") or DEFAULT_DEV_SECRET,
+        "JwtIssuer": environ.get("JWT_ISSUER", "support-agent-local"),
+        "JwtAudience": environ.get("JWT_AUDIENCE", "support-agent"),
+        "Transparency": "verbose",
+        **(overrides or {}),
+    }
+
+
+def from_command_line(argv: Sequence[str] | None, prog: str) -> dict[str, str]:
+    """The overrides on the command line (what ``PARAMS`` expands to); a bad one exits 2 with the reason."""
+    parser = argparse.ArgumentParser(prog=prog, description="The local stack, deployed from template.yaml.")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="Name=Value",
+        help="template parameter overrides, as sam deploy --parameter-overrides takes them",
+    )
+    args = parser.parse_args(argv)
+    try:
+        return parse_overrides(args.overrides, load_template()["Parameters"])
+    except ParameterError as exc:
+        parser.error(str(exc))

@@ -1,0 +1,193 @@
+"""The server: the request → reply function (``SimulatedModel``) and the HTTP server around it.
+
+``POST /v1/messages`` (JSON, or server-sent events with ``"stream": true``), ``POST
+/v1/chat/completions``, ``GET /health``; anything else a 404 in the Messages API's error shape.
+Every reply carries ``x-simulated-model: true``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from devstack.simulated_model.message import build_message, digest, encode_sse, stream_events
+from devstack.simulated_model.openai_facade import build_completion, check_openai_headers, parse_openai_body
+from devstack.simulated_model.wire import ApiError, check_headers, parse_body
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reply:
+    status: int
+    content_type: str
+    body: bytes
+
+
+def _error(exc: ApiError) -> Reply:
+    return Reply(exc.status, "application/json", json.dumps(exc.body()).encode("utf-8"))
+
+
+def _json(status: int, value: Any) -> Reply:
+    return Reply(status, "application/json", json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+class SimulatedModel:
+    """The request → reply function, with the per-server call counter behind the ids."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def post(self, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        """The reply to ``POST path`` (without its query); a refusal in its API's error shape."""
+        try:
+            endpoint = path.rstrip("/")
+            if endpoint == "/v1/messages":
+                return self._message(headers, raw)
+            if endpoint == "/v1/chat/completions":
+                return self._chat_completion(headers, raw)
+            raise ApiError(404, "not_found_error", f"Not found: POST {path}")
+        except ApiError as exc:
+            return _error(exc)
+
+    def _message(self, headers: Mapping[str, str], raw: bytes) -> Reply:
+        check_headers(headers)
+        body = parse_body(raw)
+        message = build_message(body, self._next())
+        if body.get("stream"):
+            return Reply(200, "text/event-stream; charset=utf-8", encode_sse(stream_events(message)))
+        return _json(200, message)
+
+    def _chat_completion(self, headers: Mapping[str, str], raw: bytes) -> Reply:
+        """The same brain behind the OpenAI wire format."""
+        check_openai_headers(headers)
+        body = parse_openai_body(raw)
+        return _json(200, build_completion(body, self._next(), int(time.time())))
+
+    def _next(self) -> int:
+        """The call's number on this server: it makes the ids unique per call."""
+        with self._lock:
+            return next(self._counter)
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    model: SimulatedModel
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "SimulatedModel/1.0"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms stalls
+    server: _HttpServer
+
+    def do_POST(self) -> None:
+        raw = self._read_body()
+        self._send(self.server.model.post(self.path.split("?", 1)[0], dict(self.headers.items()), raw))
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] in ("/", "/health"):
+            info = {
+                "simulated": True,
+                "api": "Anthropic Messages API and OpenAI chat completions (simulated)",
+                "endpoint": "POST /v1/messages",
+                "openaiEndpoint": "POST /v1/chat/completions",
+            }
+            self._send(_json(200, info))
+            return
+        self._send(_error(ApiError(404, "not_found_error", f"Not found: GET {self.path.split('?', 1)[0]}")))
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            data = b""
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _send(self, reply: Reply) -> None:
+        self.send_response(reply.status)
+        self.send_header("content-type", reply.content_type)
+        self.send_header("content-length", str(len(reply.body)))
+        self.send_header("request-id", "req_sim_" + digest(str(id(reply)), self.path)[:16])
+        self.send_header("x-simulated-model", "true")
+        if reply.content_type.startswith("text/event-stream"):
+            self.send_header("cache-control", "no-cache")
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("simulated model: " + format, *args)
+
+
+class SimulatedModelServer:
+    """A running simulated model; ``url`` is the base URL (``ANTHROPIC_BASE_URL``)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._httpd = _HttpServer((host, port), _Handler)
+        self._httpd.model = SimulatedModel()
+        self.host = host
+        self.port = int(self._httpd.server_address[1])
+        self.url = f"http://{host}:{self.port}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="simulated-model", daemon=True
+        )
+        self._stopped = False
+
+    def start(self) -> SimulatedModelServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+
+    def __enter__(self) -> SimulatedModelServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start(host: str = "127.0.0.1", port: int = 0) -> SimulatedModelServer:
+    """Start the simulated model on a background thread (port 0: a free port)."""
+    return SimulatedModelServer(host, port).start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Run the simulated Anthropic Messages API model.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=4600)
+    args = parser.parse_args(argv)
+    server = start(args.host, args.port)
+    print(
+        f"simulated model on {server.url} (POST /v1/messages, POST /v1/chat/completions); "
+        f"set ANTHROPIC_BASE_URL={server.url} or OPENAI_BASE_URL={server.url}/v1",
+        flush=True,
+    )
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
