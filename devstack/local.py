@@ -1,9 +1,10 @@
 """`make dev`: the whole service on this machine — no AWS account, no Docker, no API key.
 
 One process: a moto server (Step Functions executing for real), the stack deployed from
-template.yaml into it, the demo data, a simulated model unless ANTHROPIC_API_KEY is set, worker
-processes per function with each function's deployed environment, the template's queue and schedule
-events, and an HTTP server mapping the template's routes to the handlers, with the web pages.
+template.yaml into it, the demo data, a simulated model unless ANTHROPIC_API_KEY is set, a simulated
+Stripe unless STRIPE_API_BASE and STRIPE_API_KEY are both set, worker processes per function with each
+function's deployed environment, the template's queue and schedule events, and an HTTP server mapping
+the template's routes to the handlers, with the web pages.
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ from devstack.functions import FunctionPool, pools_for
 from devstack.gateway import Gateway
 from devstack.parameters import dev_parameters, from_command_line
 from devstack.seed import DEMO_DATA, seed
+from devstack.simulated_stripe import TEST_KEY, SimulatedStripeServer
+from devstack.simulated_stripe import start as start_stripe
 from devstack.stack import REPO_ROOT, Stack, deploy
 from devstack.tokens import mint_token
 
 STATE_DIR = REPO_ROOT / ".devstack"
 REGION = "us-east-1"
+STRIPE_REAL = "Stripe API at STRIPE_API_BASE (from the environment)"
+STRIPE_SIMULATED = "simulated Stripe on {url} (PAYMENT_PROVIDER as the template sets it: none by default)"
 MODEL_SIMULATED = "SIMULATED (no ANTHROPIC_API_KEY): answers are generated locally, not by Claude"
 
 
@@ -41,6 +46,7 @@ class LocalStack:
     tokens: dict[str, Any]
     simulated: bool
     env_file: Path
+    stripe: SimulatedStripeServer | None = None  # the simulated Stripe, unless a real one was configured
     _stoppers: list[Any] = field(default_factory=list, repr=False)
 
     def stop(self) -> None:
@@ -156,6 +162,9 @@ def start(
                 overrides["ANTHROPIC_BASE_URL"] = env["ANTHROPIC_BASE_URL"]
         if openai:
             overrides["LLM_PROVIDER"] = "openai"
+        local.stripe = _payments(env, overrides)
+        if local.stripe is not None:
+            local._stoppers.append(local.stripe.stop)
         pools = pools_for(stack, {**_plain_env(env), **aws_env}, overrides)
         local._stoppers.append(lambda: [p.close() for p in pools.values()])
         for pool in pools.values():  # cold starts now, not on the first request
@@ -178,6 +187,19 @@ def start(
     except BaseException:
         local.stop()
         raise
+
+
+def _payments(env: Mapping[str, str], overrides: dict[str, str]) -> SimulatedStripeServer | None:
+    """Stripe for the functions: the one configured when both settings are set, else a simulated one started now.
+
+    Only the address and key are passed: PAYMENT_PROVIDER stays what the template says.
+    """
+    if env.get("STRIPE_API_BASE") and env.get("STRIPE_API_KEY"):
+        overrides.update(STRIPE_API_BASE=env["STRIPE_API_BASE"], STRIPE_API_KEY=env["STRIPE_API_KEY"])
+        return None
+    stripe = start_stripe(port=0)
+    overrides.update(STRIPE_API_BASE=stripe.url, STRIPE_API_KEY=TEST_KEY)
+    return stripe
 
 
 def _plain_env(env: dict[str, str]) -> dict[str, str]:
@@ -209,6 +231,7 @@ def banner(local: LocalStack) -> str:
         f"  local AWS      {local.moto_url}   (moto; AWS_ENDPOINT_URL for the AWS CLI and sam local)",
         f"  sam local env  {local.env_file}",
         f"  model          {MODEL_SIMULATED if local.simulated else 'Anthropic Messages API'}",
+        f"  payments       {STRIPE_SIMULATED.format(url=local.stripe.url) if local.stripe else STRIPE_REAL}",
         "",
         "Demo tokens (Authorization: Bearer …):",
     ]

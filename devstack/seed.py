@@ -14,8 +14,17 @@ from typing import Any
 DEMO_DATA = Path(__file__).with_name("demo_data.json")
 
 
+def payment_intent_of(order: dict[str, Any]) -> str:
+    """The order's payment at the provider: its own ``payment_intent``, else the demo's ``pi_demo_<order id>``."""
+    return str(order.get("payment_intent") or f"pi_demo_{order['order_id']}")
+
+
 def demo_items(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The items to store: orders start with everything refundable, nothing reserved or refunded."""
+    """The items to store: orders start with everything refundable, nothing reserved or refunded.
+
+    Every order carries its ``payment_intent`` (what a provider refund names; the simulated Stripe knows
+    the same ones). It stays in the table: the order view the model reads lists its fields explicitly.
+    """
     currency = data.get("currency", "USD")
     items: list[dict[str, Any]] = []
     for customer in data["customers"]:
@@ -27,6 +36,7 @@ def demo_items(data: dict[str, Any]) -> list[dict[str, Any]]:
                     "customer_id": cid,
                     "sk": f"ORDER#{order['order_id']}",
                     **order,
+                    "payment_intent": payment_intent_of(order),
                     "currency": currency,
                     "available_cents": order["total_cents"],
                     "reserved_cents": 0,

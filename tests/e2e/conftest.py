@@ -61,7 +61,7 @@ class _SharedStack:
             self._saved_env = dict(os.environ)
             try:
                 # Always the simulated model: offline and deterministic, even when the shell has a real key.
-                environ = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+                environ = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "STRIPE_"))}
                 self.local = start(port=0, moto_port=0, environ=environ)
             except BaseException:
                 self._restore_env()
@@ -140,7 +140,8 @@ def _stack_owner() -> Iterator[_SharedStack]:
 def local_stack(_stack_owner: _SharedStack) -> LocalStack:
     """The running local stack: `.url`, `.moto_url`, `.tokens` (customers, leads, simulatedModel), `.stack`.
 
-    Configured as `make dev` is, except that the model is always the simulated one (ANTHROPIC_* ignored).
+    Configured as `make dev` is, except that the model and Stripe are always the simulated ones
+    (ANTHROPIC_* and STRIPE_* ignored).
     One stack serves all e2e modules of a run, but each module starts from the seed data (see reset_to_seed);
     within a module, tests share the data and run in file order.
     """
