@@ -336,6 +336,8 @@ ALLOWED: dict[str, set[Pair]] = {
         ("sqs:SendMessage", "ApprovalQueue"),
         # Only when the parameter is set (Fn::If on HasAnthropicApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
+        # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
+        ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
         # Only when LlmProvider is bedrock: the profile and the models it routes to (checked below).
         ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
         ("bedrock:InvokeModel", "param:BedrockModelArns"),
@@ -377,6 +379,8 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "AuditTable"),
         ("dynamodb:Query", "AuditTable/index/by_customer"),
         ("states:StartExecution", "ref:RefundFlow"),
+        # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
+        ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
     # The state machine's role: read the approval, then one transaction (authorised per item as
     # PutItem/UpdateItem) over the refund row, the order, the approval and the audit row.
@@ -551,12 +555,42 @@ def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> 
     }
     role_id = cfn["Resources"]["ChatFunction"]["Properties"]["Role"]["Fn::GetAtt"][0]
     raw = [s for doc in _role_documents(cfn, role_id) for s in doc["Statement"]]
-    secret = [s for s in raw if "secretsmanager" in json.dumps(s)]
+    secret = [s for s in raw if "secretsmanager" in json.dumps(s) and "AnthropicApiKeySecretArn" in json.dumps(s)]
     assert len(secret) == 1
     condition, if_true, if_false = secret[0]["Fn::If"]
     assert condition == "HasAnthropicApiKeySecret"
     assert if_true["Resource"] == {"Ref": "AnthropicApiKeySecretArn"}
     assert if_false == {"Ref": "AWS::NoValue"}
+
+
+@pytest.mark.parametrize("function_id", ["ChatFunction", "ApprovalsFunction"])
+def test_stripe_key_and_provider_reach_the_refunding_functions(
+    sam: dict[str, Any], cfn: dict[str, Any], function_id: str
+) -> None:
+    """The functions that will refund get PAYMENT_PROVIDER and the secret's ARN, and may read that
+    secret only when one is configured (the other functions never)."""
+    params = sam["Parameters"]
+    assert (params["PaymentProvider"]["Default"], params["PaymentProvider"]["AllowedValues"]) == (
+        "none",
+        ["none", "stripe"],
+    )
+    assert params["StripeApiKeySecretArn"]["Default"] == ""
+    assert cfn["Conditions"]["HasStripeApiKeySecret"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "StripeApiKeySecretArn"}, ""]}]
+    }
+    env = cfn["Resources"][function_id]["Properties"]["Environment"]["Variables"]
+    assert env["PAYMENT_PROVIDER"] == {"Ref": "PaymentProvider"}
+    assert env["STRIPE_API_KEY_SECRET_ARN"] == {"Ref": "StripeApiKeySecretArn"}
+    raw = [s for doc in _role_documents(cfn, _role_id(cfn, function_id)) for s in doc["Statement"]]
+    (secret,) = [s for s in raw if "StripeApiKeySecretArn" in json.dumps(s)]
+    condition, if_true, if_false = secret["Fn::If"]
+    assert (condition, if_false) == ("HasStripeApiKeySecret", {"Ref": "AWS::NoValue"})
+    assert (if_true["Action"], if_true["Resource"]) == (
+        "secretsmanager:GetSecretValue",
+        {"Ref": "StripeApiKeySecretArn"},
+    )
+    others = {f for f in ALLOWED if ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn") in ALLOWED[f]}
+    assert others == {"ChatFunction", "ApprovalsFunction"}
 
 
 def test_bedrock_access_only_for_the_bedrock_provider_and_scoped(sam: dict[str, Any], cfn: dict[str, Any]) -> None:

@@ -70,6 +70,15 @@ class Settings(BaseModel):
 
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
+    # Who moves a refund's money (support_agent/payments): `none` keeps refunds ledger-only. Stripe's key
+    # from STRIPE_API_KEY or the secret (a plain string or {"api_key": ...}); timeouts per attempt.
+    payment_provider: Literal["none", "stripe"] = Field("none", alias="PAYMENT_PROVIDER")
+    stripe_api_base: str = Field("https://api.stripe.com", alias="STRIPE_API_BASE")
+    stripe_api_key: str = Field("", alias="STRIPE_API_KEY", repr=False)
+    stripe_api_key_secret_arn: str = Field("", alias="STRIPE_API_KEY_SECRET_ARN")
+    stripe_connect_timeout: float = Field(3.0, alias="STRIPE_CONNECT_TIMEOUT", gt=0)
+    stripe_read_timeout: float = Field(10.0, alias="STRIPE_READ_TIMEOUT", gt=0)
+    stripe_max_retries: int = Field(2, alias="STRIPE_MAX_RETRIES", ge=0, le=10)
 
     # Approvals.
     refund_flow_arn: str = Field("", alias="REFUND_FLOW_ARN")

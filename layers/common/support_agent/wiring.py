@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from support_agent.approvals.sweep import ApprovalSweeper
     from support_agent.auth import Authenticator
     from support_agent.llm.base import LlmClient
+    from support_agent.payments.port import PaymentProvider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.conversations import ConversationStore
@@ -52,6 +53,7 @@ class ChatServices:
     approvals: ApprovalStore
     limiter: RateLimiter
     read_limiter: RateLimiter
+    payments: PaymentProvider  # lazy: built on the first refund call (payments/factory.py)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class LeadServices:
     audit: AuditStore
     eraser: ConversationEraser
     now: Callable[[], str]
+    payments: PaymentProvider  # lazy: built on the first refund call (payments/factory.py)
 
 
 class _LazyClient:
@@ -103,8 +106,11 @@ def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
     )
 
 
-def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None) -> ChatServices:
+def build_chat_services(
+    settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None, payments: PaymentProvider | None = None
+) -> ChatServices:
     from support_agent.agent.loop import Agent
+    from support_agent.payments.factory import lazy_provider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.conversations import ConversationStore
     from support_agent.store.customer_data import CustomerDataStore
@@ -122,11 +128,15 @@ def build_chat_services(settings: Settings, llm: LlmClient, ddb: Any = None, sqs
         ApprovalStore(ddb, settings.approvals_table),
         RateLimiter(ddb, settings.conversations_table, settings.turns_per_minute),
         RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
+        payments=payments if payments is not None else lazy_provider(settings),
     )
 
 
-def build_lead_services(settings: Settings, ddb: Any = None, sfn: Any = None) -> LeadServices:
+def build_lead_services(
+    settings: Settings, ddb: Any = None, sfn: Any = None, payments: PaymentProvider | None = None
+) -> LeadServices:
     from support_agent.approvals.decisions import ApprovalDecisions
+    from support_agent.payments.factory import lazy_provider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.erasure import ConversationEraser
@@ -152,14 +162,17 @@ def build_lead_services(settings: Settings, ddb: Any = None, sfn: Any = None) ->
             ddb, settings.conversations_table, settings.audit_table, time.time, utc_now, settings.lease_seconds
         ),
         utc_now,
+        payments=payments if payments is not None else lazy_provider(settings),
     )
 
 
 class _Root:
-    """What one process has built so far; ``llm_transport`` (tests) carries model calls in-process."""
+    """What one process has built so far; ``llm_transport`` and ``payments_transport`` (tests, httpx)
+    carry model and payment-provider calls in-process."""
 
-    def __init__(self, llm_transport: Any = None) -> None:
+    def __init__(self, llm_transport: Any = None, payments_transport: Any = None) -> None:
         self.llm_transport = llm_transport
+        self.payments_transport = payments_transport
         self.clients: dict[Service, Any] = {}
 
     def client(self, service: Service) -> Any:
@@ -176,11 +189,22 @@ class _Root:
         llm = llm_client_from_settings(
             settings, transport=self.llm_transport, secrets_client=lambda: self.client("secretsmanager")
         )
-        return build_chat_services(settings, llm)
+        return build_chat_services(settings, llm, payments=self.payments)
 
     @cached_property
     def lead_services(self) -> LeadServices:
-        return build_lead_services(get_settings())
+        return build_lead_services(get_settings(), payments=self.payments)
+
+    @cached_property
+    def payments(self) -> PaymentProvider:
+        """One per process, shared by the services; nothing is built until its first call."""
+        from support_agent.payments.factory import lazy_provider
+
+        return lazy_provider(
+            get_settings(),
+            transport=self.payments_transport,
+            secrets_client=lambda: self.client("secretsmanager"),
+        )
 
     @cached_property
     def notifier(self) -> ApprovalNotifier:
@@ -245,12 +269,17 @@ def authenticator() -> Authenticator:
     return _root.authenticator
 
 
-def reset(*, llm_transport: Any = None) -> None:
+def payments() -> PaymentProvider:
+    return _root.payments
+
+
+def reset(*, llm_transport: Any = None, payments_transport: Any = None) -> None:
     """Forget the settings and everything built (tests change the environment between stacks).
 
     ``llm_transport`` routes the model adapter's HTTP through an in-process transport (tests'
-    scripted model) instead of the network, until the next reset.
+    scripted model) instead of the network, until the next reset; ``payments_transport`` does the
+    same for the payment provider's.
     """
     global _root
     get_settings.cache_clear()
-    _root = _Root(llm_transport)
+    _root = _Root(llm_transport, payments_transport)

@@ -14,7 +14,16 @@ from typing import Any
 from support_agent.errors import ModelUnavailable
 from support_agent.llm.retry import DEFAULT_RETRY_AFTER
 
-_SECRET_KEYS = ("ANTHROPIC_API_KEY", "anthropic_api_key", "OPENAI_API_KEY", "openai_api_key", "api_key", "apiKey")
+_SECRET_KEYS = (
+    "ANTHROPIC_API_KEY",
+    "anthropic_api_key",
+    "OPENAI_API_KEY",
+    "openai_api_key",
+    "STRIPE_API_KEY",
+    "stripe_api_key",
+    "api_key",
+    "apiKey",
+)
 
 
 def key_provider(key: str, arn: str, secrets_client: Any = None, max_age: int = 300) -> Callable[[], str]:

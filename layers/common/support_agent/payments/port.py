@@ -1,0 +1,189 @@
+"""The payment-provider port: one interface every refund goes through, whichever adapter answers.
+
+Keys: the *refund key* is a refund's identity (direct refunds ``<conversation_id>:<seq>:<tool_use_id>``,
+approved ones the approval id); an *attempt key* ``<refund key>#<n>`` names one attempt and is what the
+provider's idempotency key is. Repeating a call with the same attempt key is always safe: the provider
+answers with the first attempt's outcome, never a second refund.
+
+What a caller does with each outcome (the ledger rules live with the caller):
+
+* a `ProviderRefund` — the refund as the provider holds it (``pending`` and ``requires_action`` still
+  move towards ``succeeded`` or ``failed``);
+* `OutcomeUnknown` — retries ran out and at least one attempt may have been executed: repeat the call
+  later with the SAME attempt key;
+* `ProviderRefused` — look the refund up (`find`): our request may have been refused because an earlier
+  attempt already made it (``charge_already_refunded``); ``definitive`` says whether "not found" then
+  proves there is no refund (a 4xx refusal) or proves nothing (a replayed 5xx, an ``idempotency_error``);
+* `ProviderUnavailable` — no attempt of this call was executed (connection refused, 429, credentials):
+  nothing happened in this call; an earlier call with the same key may still have refunded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from support_agent.errors import ServiceError
+from support_agent.messages import Deadline
+
+RefundStatus = Literal["pending", "requires_action", "succeeded", "failed", "canceled"]
+# A refund in one of these states moved no money and never will: `find` skips it.
+DEAD_STATUSES = frozenset({"failed", "canceled"})
+
+# Stripe's limits (https://docs.stripe.com/api/idempotent_requests, /api/metadata); we keep to them everywhere.
+MAX_KEY_CHARS = 255
+MAX_METADATA_KEYS = 50
+MAX_METADATA_KEY_CHARS = 40
+MAX_METADATA_VALUE_CHARS = 500
+DEFAULT_RETRY_AFTER = 5
+_METADATA_KEY = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_METADATA_KEY_CHARS}}}")
+_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+
+class ProviderRefund(BaseModel):
+    """A refund as the provider holds it (Stripe's refund object, the fields we use; the rest ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str = Field(min_length=1)
+    status: RefundStatus
+    amount: int = Field(strict=True, ge=0)
+    currency: str
+    payment_intent: str = ""
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("payment_intent", mode="before")
+    @classmethod
+    def _no_intent(cls, value: object) -> object:
+        return "" if value is None else value  # a refund of a bare charge has none
+
+    @property
+    def refund_key(self) -> str:
+        return self.metadata.get("refund_key", "")
+
+    @property
+    def alive(self) -> bool:
+        """Money moved or may still move: not failed, not canceled."""
+        return self.status not in DEAD_STATUSES
+
+
+class PaymentError(ServiceError):
+    """A payment-provider call that did not end in a refund object."""
+
+    kind = "payment_error"
+
+
+class ProviderRefused(PaymentError):
+    """The provider answered no. ``code`` is its error code (``amount_too_large``, ``charge_already_refunded``...).
+
+    ``definitive``: True for a refusal of the request (4xx): if `find` then finds nothing, no refund exists.
+    False for a saved failure (a replayed 5xx, ``idempotency_error``): look it up, but "not found" proves nothing.
+    """
+
+    kind = "payment_refused"
+
+    def __init__(self, code: str, message: str, *, status: int | None = None, definitive: bool = True) -> None:
+        super().__init__(message[:500])
+        self.code = code if _CODE.fullmatch(code) else "unknown"
+        self.status = status
+        self.definitive = definitive
+
+
+class OutcomeUnknown(PaymentError):
+    """Retries ran out and an attempt may have been executed: retry later with the same attempt key."""
+
+    kind = "payment_outcome_unknown"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ProviderUnavailable(PaymentError):
+    """No attempt of this call was executed (unreachable, 429, our credentials refused, key unreadable)."""
+
+    kind = "payment_unavailable"
+
+    def __init__(self, reason: str, *, retry_after: int = DEFAULT_RETRY_AFTER) -> None:
+        super().__init__(reason, retry_after=retry_after)
+        self.reason = reason
+
+
+class PaymentProvider(Protocol):
+    """Refunds at a payment provider. ``deadline``: no attempt, and no wait between attempts, crosses it."""
+
+    name: str
+
+    def refund(
+        self,
+        attempt_key: str,
+        payment_intent: str,
+        amount: int,
+        currency: str,
+        metadata: Mapping[str, str],
+        *,
+        deadline: Deadline | None = None,
+    ) -> ProviderRefund:
+        """Refund ``amount`` (minor units) of ``payment_intent``, idempotently by ``attempt_key``."""
+        ...
+
+    def find(self, refund_key: str, payment_intent: str, *, deadline: Deadline | None = None) -> ProviderRefund | None:
+        """The live (not failed, not canceled) refund made for ``refund_key``, or None.
+
+        Takes the payment intent because Stripe cannot search refunds by metadata: it lists the
+        intent's refunds and matches ``metadata.refund_key``.
+        """
+        ...
+
+    def retrieve(self, refund_id: str, *, deadline: Deadline | None = None) -> ProviderRefund:
+        """The refund ``refund_id``; `ProviderRefused` (``resource_missing``) when the provider has none."""
+        ...
+
+
+def attempt_key(refund_key: str, attempt: int) -> str:
+    """``<refund key>#<n>``: the idempotency key of attempt ``n`` (from 1) of a refund."""
+    if not refund_key or "#" in refund_key:
+        raise ValueError("a refund key is non-empty and has no '#'")
+    if attempt < 1:
+        raise ValueError("attempts count from 1")
+    key = f"{refund_key}#{attempt}"
+    if len(key) > MAX_KEY_CHARS:
+        raise ValueError(f"an attempt key is at most {MAX_KEY_CHARS} characters")
+    return key
+
+
+def split_attempt_key(key: str) -> tuple[str, int]:
+    """The refund key and attempt number of an attempt key; ValueError when it is not one."""
+    refund_key, _, n = key.rpartition("#")
+    if not n.isdigit() or not n.isascii():
+        raise ValueError(f"not an attempt key: {key!r}")
+    attempt_key(refund_key, int(n))  # validates the parts and the length
+    return refund_key, int(n)
+
+
+def refund_metadata(key: str, metadata: Mapping[str, str]) -> dict[str, str]:
+    """What is stored with the refund: the caller's metadata plus ``refund_key`` and ``attempt``.
+
+    Derived from the attempt key, so they cannot disagree with it; keys stay within Stripe's limits
+    and free of ``[]`` (they become form field names ``metadata[<key>]``).
+    """
+    refund_key, attempt = split_attempt_key(key)
+    out = {str(k): str(v) for k, v in metadata.items()}
+    for name, value in (("refund_key", refund_key), ("attempt", str(attempt))):
+        if out.setdefault(name, value) != value:
+            raise ValueError(f"metadata {name}={out[name]!r} contradicts the attempt key {key!r}")
+    if len(out) > MAX_METADATA_KEYS:
+        raise ValueError(f"at most {MAX_METADATA_KEYS} metadata keys")
+    for k, v in out.items():
+        if not _METADATA_KEY.fullmatch(k) or len(v) > MAX_METADATA_VALUE_CHARS:
+            raise ValueError(f"metadata {k!r} breaks the provider's limits")
+    return out
+
+
+def check_amount(amount: int) -> None:
+    """Refunds are positive whole minor units; a float or a bool is a caller's bug, never rounded."""
+    if type(amount) is not int or amount <= 0:
+        raise ValueError(f"a refund amount is a positive int of minor units, not {amount!r}")
