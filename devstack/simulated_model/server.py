@@ -15,9 +15,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from devstack.background_server import BackgroundServer, LocalHttpServer, serve_until_interrupted
 from devstack.simulated_model.message import build_message, digest, encode_sse, stream_events
 from devstack.simulated_model.openai_facade import build_completion, check_openai_headers, parse_openai_body
 from devstack.simulated_model.wire import ApiError, check_headers, parse_body
@@ -79,8 +80,7 @@ class SimulatedModel:
             return next(self._counter)
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _HttpServer(LocalHttpServer):
     model: SimulatedModel
 
 
@@ -135,38 +135,13 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("simulated model: " + format, *args)
 
 
-class SimulatedModelServer:
+class SimulatedModelServer(BackgroundServer):
     """A running simulated model; ``url`` is the base URL (``ANTHROPIC_BASE_URL``)."""
 
+    name = "simulated-model"
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._httpd = _HttpServer((host, port), _Handler)
-        self._httpd.model = SimulatedModel()
-        self.host = host
-        self.port = int(self._httpd.server_address[1])
-        self.url = f"http://{host}:{self.port}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="simulated-model", daemon=True
-        )
-        self._stopped = False
-
-    def start(self) -> SimulatedModelServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-        self._httpd.server_close()
-
-    def __enter__(self) -> SimulatedModelServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(host, port, _Handler, _HttpServer, model=SimulatedModel())
 
 
 def start(host: str = "127.0.0.1", port: int = 0) -> SimulatedModelServer:
@@ -185,9 +160,4 @@ def main(argv: list[str] | None = None) -> None:
         f"set ANTHROPIC_BASE_URL={server.url} or OPENAI_BASE_URL={server.url}/v1",
         flush=True,
     )
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    serve_until_interrupted(server)

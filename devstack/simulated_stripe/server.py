@@ -7,10 +7,10 @@ import contextlib
 import json
 import logging
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from devstack.background_server import BackgroundServer, LocalHttpServer, serve_until_interrupted
 from devstack.simulated_stripe.api import SimulatedStripe
 from devstack.simulated_stripe.wire import Reply
 
@@ -18,8 +18,7 @@ log = logging.getLogger(__name__)
 TEST_KEY = "sk_test_simulated_local"  # what make dev hands the functions: any sk_test_ key is accepted
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _HttpServer(LocalHttpServer):
     stripe: SimulatedStripe
 
 
@@ -82,8 +81,10 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("simulated stripe: " + format, *args)
 
 
-class SimulatedStripeServer:
+class SimulatedStripeServer(BackgroundServer):
     """A running simulated Stripe; ``url`` is ``STRIPE_API_BASE``, ``stripe`` the state to inspect and fault."""
+
+    name = "simulated-stripe"
 
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, stripe: SimulatedStripe | None = None, demo: bool = True
@@ -91,34 +92,10 @@ class SimulatedStripeServer:
         self.stripe = stripe or SimulatedStripe()
         if demo and stripe is None:
             self.stripe.seed_demo()
-        self._httpd = _HttpServer((host, port), _Handler)
-        self._httpd.stripe = self.stripe
-        self.host, self.port = host, int(self._httpd.server_address[1])
-        self.url = f"http://{host}:{self.port}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="simulated-stripe", daemon=True
-        )
-        self._stopped = False
+        super().__init__(host, port, _Handler, _HttpServer, stripe=self.stripe)
 
-    def start(self) -> SimulatedStripeServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
+    def before_stop(self) -> None:
         self.stripe.release()
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-        self._httpd.server_close()
-
-    def __enter__(self) -> SimulatedStripeServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start(host: str = "127.0.0.1", port: int = 0, demo: bool = True) -> SimulatedStripeServer:
@@ -133,9 +110,4 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     server = start(args.host, args.port)
     print(f"simulated Stripe on {server.url}; set STRIPE_API_BASE={server.url} STRIPE_API_KEY={TEST_KEY}", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    serve_until_interrupted(server)
