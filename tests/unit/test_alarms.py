@@ -114,16 +114,6 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
 MATH_ALARMS = ("Api5xxRateAlarm", "ApprovalsPendingTooLongAlarm")
 
 
-@pytest.fixture(scope="module")
-def sam() -> dict[str, Any]:
-    return load_template()
-
-
-@pytest.fixture(scope="module")
-def cfn(sam: dict[str, Any]) -> dict[str, Any]:
-    return translate(sam)
-
-
 def alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: v["Properties"] for k, v in template["Resources"].items() if v["Type"] == "AWS::CloudWatch::Alarm"}
 

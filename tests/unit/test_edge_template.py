@@ -10,19 +10,8 @@ from typing import Any
 import pytest
 
 from devstack.gateway import cors_configuration, cors_headers
-from devstack.stack import REPO_ROOT, load_template, translate
+from devstack.stack import REPO_ROOT
 from support_agent.config import Settings
-
-
-@pytest.fixture(scope="module")
-def sam() -> dict[str, Any]:
-    return load_template()
-
-
-@pytest.fixture(scope="module")
-def cfn(sam: dict[str, Any]) -> dict[str, Any]:
-    return translate(sam)
-
 
 # ------------------------------------------------------------------ CORS
 

@@ -10,21 +10,11 @@ from typing import Any
 
 import pytest
 
-from devstack.stack import REPO_ROOT, load_template, translate
+from devstack.stack import REPO_ROOT
 from support_agent.config import Settings
 
 TABLES = ("ConversationsTable", "CustomerDataTable", "ApprovalsTable", "AuditTable")
 FUNCTIONS = ("ChatFunction", "ApprovalsFunction", "ApprovalNotifierFunction", "ApprovalSweepFunction")
-
-
-@pytest.fixture(scope="module")
-def sam() -> dict[str, Any]:
-    return load_template()
-
-
-@pytest.fixture(scope="module")
-def cfn(sam: dict[str, Any]) -> dict[str, Any]:
-    return translate(sam)
 
 
 @pytest.fixture(scope="module")

@@ -20,19 +20,9 @@ import cfnlint
 import pytest
 from cfnlint.api import lint_file
 
-from devstack.stack import REPO_ROOT, TEMPLATE_PATH, http_routes, load_template, translate
+from devstack.stack import REPO_ROOT, TEMPLATE_PATH, http_routes, translate
 
 Pair = tuple[str, str]  # (iam action, target) where target is a logical id, "<id>/index/<name>" or "param:<name>"
-
-
-@pytest.fixture(scope="module")
-def sam() -> dict[str, Any]:
-    return load_template()
-
-
-@pytest.fixture(scope="module")
-def cfn(sam: dict[str, Any]) -> dict[str, Any]:
-    return translate(sam)
 
 
 def resources_of_type(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
