@@ -167,6 +167,9 @@ def denied(call: Any) -> bool:
 NOT_EXERCISED = {
     # Only with the AnthropicApiKeySecretArn parameter (a direct key is used here).
     ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"): "secret configured",
+    # Only with PaymentProvider=stripe and the StripeApiKeySecretArn parameter; the refund paths do not call the
+    # payment port yet (docs/ARCHITECTURE.md, "Payments").
+    ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"): "stripe secret configured",
     # Only with LLM_PROVIDER=bedrock.
     ("bedrock:InvokeModel", "param:BedrockModelArns"): "bedrock provider",
     ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"): "bedrock provider",
