@@ -180,7 +180,8 @@ def median(values: list[float]) -> float:
 
 
 PARTS = {
-    "HTTP to the model (httpx send + read)": [("httpx/_client.py", "send")],
+    # Client.request: building the request (URL merge, headers, cookies) as well as send + read
+    "HTTP to the model (httpx send + read)": [("httpx/_client.py", "request")],
     "request body (build_body + encode_body)": [
         ("llm/anthropic.py", "build_body"),
         ("llm/anthropic.py", "encode_body"),
@@ -193,9 +194,14 @@ PARTS = {
     "audit rows (AuditRecord.put)": [("store/audit.py", "put")],
     "tools (validation + run)": [("tools/registry.py", "execute")],
     "fences": [("agent/untrusted.py", "fence")],
-    "history merge + budget": [("agent/history.py", "for_request"), ("agent/budget.py", "fit")],
+    "history merge + budget": [
+        ("agent/history.py", "for_request"),
+        ("agent/history.py", "add"),  # RequestHistory: merged as messages arrive
+        ("agent/history.py", "request"),
+    ],
     "logs and metrics (observability)": [
-        ("support_agent/observability.py", name) for name in ("model_call", "tool_dispatch", "turn_end", "turn_start")
+        ("support_agent/observability.py", name)
+        for name in ("model_call", "tool_dispatch", "turn_end", "turn_start", "flush")  # flush: TurnMetrics
     ],
 }
 

@@ -9,8 +9,8 @@ happens. Not for tests of correctness: those run on moto.
 
 from __future__ import annotations
 
-import copy
 import re
+from functools import lru_cache
 from typing import Any
 
 _KEYS = {"conversation_id": "seq", "customer_id": "sk", "approval_id": "", "stream": "event_id"}
@@ -37,7 +37,7 @@ class MemoryDynamoDB:
         self.calls += 1
         pk, sk = self._key(Key)
         item = self._partition(TableName, pk).get(sk)
-        return {"Item": copy.deepcopy(item)} if item is not None else {}
+        return {"Item": _copy(item)} if item is not None else {}
 
     def query(
         self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict[str, Any], **kw: Any
@@ -59,7 +59,7 @@ class MemoryDynamoDB:
             out.append(item)
         sk_name = next((sk for pk, sk in _KEYS.items() if pk == pk_name), "")
         out.sort(key=lambda i: _sort_key(i.get(sk_name)))
-        return {"Items": copy.deepcopy(out), "Count": len(out)}
+        return {"Items": _copy(out), "Count": len(out)}
 
     # -- writes -------------------------------------------------------------------------------------
 
@@ -70,7 +70,7 @@ class MemoryDynamoDB:
 
     def _put(self, table: str, item: dict[str, Any]) -> None:
         pk, sk = self._key(item)
-        self._partition(table, pk)[sk] = copy.deepcopy(item)
+        self._partition(table, pk)[sk] = _copy(item)
 
     def update_item(
         self,
@@ -83,13 +83,13 @@ class MemoryDynamoDB:
     ) -> dict[str, Any]:
         self.calls += 1
         item = self._update(TableName, Key, UpdateExpression, ExpressionAttributeValues or {})
-        return {"Attributes": copy.deepcopy(item)} if ReturnValues == "ALL_NEW" else {}
+        return {"Attributes": _copy(item)} if ReturnValues == "ALL_NEW" else {}
 
     def _update(self, table: str, key: dict[str, Any], expression: str, values: dict[str, Any]) -> dict[str, Any]:
         pk, sk = self._key(key)
-        item = self._partition(table, pk).setdefault(sk, copy.deepcopy(key))
-        for action, body in re.findall(r"(SET|REMOVE|ADD)\s+(.*?)(?=\s+(?:SET|REMOVE|ADD)\s+|$)", expression):
-            for part in _split(body):
+        item = self._partition(table, pk).setdefault(sk, _copy(key))
+        for action, parts in _clauses(expression):
+            for part in parts:
                 if action == "REMOVE":
                     item.pop(part.strip(), None)
                 elif action == "ADD":
@@ -112,6 +112,23 @@ class MemoryDynamoDB:
                 u = entry["Update"]
                 self._update(u["TableName"], u["Key"], u["UpdateExpression"], u.get("ExpressionAttributeValues", {}))
         return {}
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of attribute values (dicts, lists, scalars): what the client's wire format would give,
+    without ``copy.deepcopy``'s memo bookkeeping, which cost as much as the stores' own serialization."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+@lru_cache(maxsize=256)
+def _clauses(expression: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """An update expression's clauses, parsed once per distinct expression (the stores reuse a few)."""
+    found = re.findall(r"(SET|REMOVE|ADD)\s+(.*?)(?=\s+(?:SET|REMOVE|ADD)\s+|$)", expression)
+    return tuple((action, tuple(_split(body))) for action, body in found)
 
 
 def _split(body: str) -> list[str]:

@@ -94,7 +94,7 @@ def test_any_conversation_stays_a_valid_suffix(shape: list[tuple[int, int]], cap
     assert out == merged[len(merged) - len(out) :]
     assert hist.problems(out) == []
     assert out[0]["role"] == "user"
-    last_start = max(i for i, m in enumerate(merged) if budget._opens_turn(m))
+    last_start = max(i for i, m in enumerate(merged) if budget.opens_turn(m))
     assert len(out) >= len(merged) - last_start  # the current turn is never cut
 
 

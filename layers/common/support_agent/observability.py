@@ -23,7 +23,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache, wraps
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -109,6 +109,38 @@ def emit(name: str, value: float = 1) -> None:
     metrics.add_metric(name=name, unit=METRICS[name], value=value)
 
 
+class TurnMetrics:
+    """A turn's metrics, added to the EMF set once, at the turn's end (`flush`), not per call.
+
+    Powertools' ``add_metric`` checks the unit and formats a debug string on every call; a 3-iteration
+    turn made about 20 of them. What CloudWatch computes stays the same: counts are summed per turn
+    (their alarms and widgets read Sum only), while values read as averages or percentiles —
+    ``ModelLatency`` per call, ``IterationsPerTurn`` and ``EstimatedCostUSD`` per turn — keep one value
+    each, so p50/p90, Average and Maximum see the same samples as before.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self._samples: list[tuple[str, float]] = []
+
+    def count(self, name: str, value: float = 1) -> None:
+        """Add to a Sum-only metric (sent as one value per turn)."""
+        self._sums[name] = self._sums.get(name, 0) + value
+
+    def sample(self, name: str, value: float) -> None:
+        """Keep one value of a metric read by distribution (sent as is)."""
+        self._samples.append((name, value))
+
+    def flush(self) -> None:
+        """Add everything tallied to the invocation's EMF set (idempotent: the tally is emptied)."""
+        sums, samples = self._sums, self._samples
+        self._sums, self._samples = {}, []
+        for name, total in sums.items():
+            emit(name, total)
+        for name, value in samples:
+            emit(name, value)
+
+
 # ------------------------------------------------------------------ events
 
 
@@ -127,8 +159,13 @@ def model_call(
     usage: Usage | None = None,
     stop_reason: str | None = None,
     error: str | None = None,
+    tally: TurnMetrics | None = None,
 ) -> None:
-    """One line and the metrics of one model call; ``outcome`` is ok | unavailable | error."""
+    """One line and the metrics of one model call; ``outcome`` is ok | unavailable | error.
+
+    The metrics go to the turn's ``tally`` (sent at its end); without one they are sent at once.
+    """
+    into = tally or TurnMetrics()
     fields: dict[str, Any] = {
         "event": "model_call",
         "provider": provider,
@@ -138,14 +175,14 @@ def model_call(
         "retries": retries,
         "outcome": outcome,
     }
-    emit(MODEL_CALLS)
-    emit(MODEL_LATENCY, latency_ms)
+    into.count(MODEL_CALLS)
+    into.sample(MODEL_LATENCY, latency_ms)  # the dashboard's p50/p90: one value per call
     if retries:
-        emit(LLM_RETRIES, retries)
+        into.count(LLM_RETRIES, retries)
     if outcome == "unavailable":
-        emit(LLM_UNAVAILABLE)
+        into.count(LLM_UNAVAILABLE)
     elif outcome == "error":
-        emit(LLM_ERRORS)
+        into.count(LLM_ERRORS)
     if usage is not None:
         fields.update(
             stop_reason=stop_reason,
@@ -154,17 +191,26 @@ def model_call(
             cache_read_input_tokens=usage.cache_read_input_tokens,
             cache_creation_input_tokens=usage.cache_creation_input_tokens,
         )
-        emit(INPUT_TOKENS, usage.input_tokens)
-        emit(OUTPUT_TOKENS, usage.output_tokens)
-        emit(CACHE_READ_TOKENS, usage.cache_read_input_tokens)
-        emit(CACHE_WRITE_TOKENS, usage.cache_creation_input_tokens)
+        into.count(INPUT_TOKENS, usage.input_tokens)
+        into.count(OUTPUT_TOKENS, usage.output_tokens)
+        into.count(CACHE_READ_TOKENS, usage.cache_read_input_tokens)
+        into.count(CACHE_WRITE_TOKENS, usage.cache_creation_input_tokens)
     if error:
         fields["error"] = error
     (logger.info if outcome == "ok" else logger.warning)("model_call", extra=fields)
+    if tally is None:
+        into.flush()
 
 
 def tool_dispatch(
-    *, tool: str, tool_use_id: str, iteration: int, outcome: str, is_error: bool, latency_ms: int
+    *,
+    tool: str,
+    tool_use_id: str,
+    iteration: int,
+    outcome: str,
+    is_error: bool,
+    latency_ms: int,
+    tally: TurnMetrics | None = None,
 ) -> None:
     """One line per tool call: which tool, how it ended, how long it took — never its input or output."""
     logger.info(
@@ -179,12 +225,23 @@ def tool_dispatch(
             "latency_ms": latency_ms,
         },
     )
-    emit(TOOL_CALLS)
+    into = tally or TurnMetrics()
+    into.count(TOOL_CALLS)
     if is_error:
-        emit(TOOL_ERRORS)
+        into.count(TOOL_ERRORS)
+    if tally is None:
+        into.flush()
 
 
-def turn_end(*, stop_reason: str, iterations: int, tool_calls: int, usage: Usage, cost_usd: float | None) -> None:
+def turn_end(
+    *,
+    stop_reason: str,
+    iterations: int,
+    tool_calls: int,
+    usage: Usage,
+    cost_usd: float | None,
+    tally: TurnMetrics | None = None,
+) -> None:
     """The per-turn metrics: iterations and the estimated cost (absent for a model without a price)."""
     logger.info(
         "turn_end",
@@ -200,10 +257,13 @@ def turn_end(*, stop_reason: str, iterations: int, tool_calls: int, usage: Usage
             "estimated_cost_usd": cost_usd,
         },
     )
-    emit(TURNS)
-    emit(ITERATIONS, iterations)
+    into = tally or TurnMetrics()
+    into.count(TURNS)
+    into.sample(ITERATIONS, iterations)  # read as Average and Maximum
     if cost_usd is not None:
-        emit(TURN_COST, cost_usd)
+        into.sample(TURN_COST, cost_usd)  # read as Sum, Average and p90 per turn
+    if tally is None:
+        into.flush()
 
 
 # ------------------------------------------------------------------ tracing
@@ -241,12 +301,18 @@ class Span:
                 self._subsegment.put_annotation(key, value)
 
 
-@contextmanager
-def span(name: str, **annotations: str | int | float | bool | None) -> Iterator[Span]:
+_NO_SPAN = nullcontext(Span())  # reusable: ten spans a turn cost no generator when tracing is off
+
+
+def span(name: str, **annotations: str | int | float | bool | None) -> AbstractContextManager[Span]:
     t = tracer()
     if t is None:
-        yield Span()
-        return
+        return _NO_SPAN
+    return _subsegment(t, name, annotations)
+
+
+@contextmanager
+def _subsegment(t: Tracer, name: str, annotations: dict[str, str | int | float | bool | None]) -> Iterator[Span]:
     with t.provider.in_subsegment(name=name) as subsegment:
         current = Span(subsegment)
         current.annotate(**annotations)

@@ -29,7 +29,8 @@ def estimate_tokens(message: Message) -> int:
     return len(text) // CHARS_PER_TOKEN + MESSAGE_OVERHEAD_TOKENS
 
 
-def _opens_turn(message: Message) -> bool:
+def opens_turn(message: Message) -> bool:
+    """A user message holding no ``tool_result``: where a request may start."""
     content = message.get("content")
     if message.get("role") != "user":
         return False
@@ -38,15 +39,25 @@ def _opens_turn(message: Message) -> bool:
     return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content or [])
 
 
-def cut_index(messages: Sequence[Message], budget_tokens: int) -> int:
+def cut_index(
+    messages: Sequence[Message],
+    budget_tokens: int,
+    sizes: Sequence[int] | None = None,
+    opens: Sequence[bool] | None = None,
+) -> int:
     """Index of the first message to send: 0 while everything fits, otherwise a turn start.
 
     The cut starts at 0 and, while what is left is over the budget, jumps to the first turn start at
     least half a budget further on (or the last turn start, if none is that far). Each jump depends
     only on the messages it skips, so a growing history moves the cut rarely and by whole chunks.
+    ``sizes`` and ``opens``: each message's `estimate_tokens` and `opens_turn`, if the caller keeps them
+    (history.RequestHistory does, so a turn's iterations do not recompute them for the whole history).
     """
-    sizes = [estimate_tokens(m) for m in messages]
-    starts = [i for i, m in enumerate(messages) if _opens_turn(m)]
+    if sizes is None:
+        sizes = [estimate_tokens(m) for m in messages]
+    if opens is None:
+        opens = [opens_turn(m) for m in messages]
+    starts = [i for i, is_start in enumerate(opens) if is_start]
     if not starts:
         return 0
     suffix = [0] * (len(sizes) + 1)
@@ -70,9 +81,14 @@ def cut_index(messages: Sequence[Message], budget_tokens: int) -> int:
     return cut
 
 
-def fit(messages: list[Message], budget_tokens: int | None) -> list[Message]:
+def fit(
+    messages: list[Message],
+    budget_tokens: int | None,
+    sizes: Sequence[int] | None = None,
+    opens: Sequence[bool] | None = None,
+) -> list[Message]:
     """The request's messages within ``budget_tokens`` (None or 0: no budget); a new list if trimmed."""
     if not budget_tokens or not messages:
         return messages
-    cut = cut_index(messages, budget_tokens)
+    cut = cut_index(messages, budget_tokens, sizes, opens)
     return messages if cut == 0 else messages[cut:]

@@ -3,13 +3,16 @@
 The stored history is append-only and always a valid Messages API sequence once repaired: every
 ``tool_use`` is answered by exactly one ``tool_result`` in the next (user) message. Writes are
 atomic per step, so the only gap a crash can leave is an assistant message whose tool calls have
-no results yet: `unanswered_tool_uses` finds it.
+no results yet: `unanswered_tool_uses` finds it. `RequestHistory` keeps a turn's request merged as
+messages arrive.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from support_agent.agent import budget
 from support_agent.messages import Block, Message
 from support_agent.store.conversations import StoredMessage
 
@@ -41,6 +44,53 @@ def for_request(messages: list[Message]) -> list[Message]:
         else:
             out.append({"role": message["role"], "content": blocks(message)})
     return out
+
+
+class RequestHistory:
+    """A turn's history as its model requests see it, kept up to date message by message.
+
+    Each iteration adds only its new messages: the history is not re-merged (`for_request`), its
+    tool_use ids not re-collected and its messages not re-serialised for the budget's estimate on
+    every model call — only the merged message that changed is estimated again.
+    """
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._merged: list[Message] = []  # for_request of everything added
+        # budget.estimate_tokens and budget.opens_turn of a prefix of _merged, filled on demand
+        self._sizes: list[int] = []
+        self._opens: list[bool] = []
+        self.tool_use_ids: set[str] = set()  # every tool_use id added: a new one may not repeat them
+        for message in messages:
+            self.add(message)
+
+    def add(self, message: Message) -> None:
+        content = blocks(message)
+        self.tool_use_ids.update(b["id"] for b in content if b.get("type") == "tool_use")
+        merged = self._merged
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1] = {"role": message["role"], "content": merged[-1]["content"] + content}
+            del self._sizes[len(merged) - 1 :], self._opens[len(merged) - 1 :]  # the last one changed
+        else:
+            merged.append({"role": message["role"], "content": content})
+
+    def request(self, pending: Message | None, budget_tokens: int | None) -> list[Message]:
+        """``for_request`` of everything added plus ``pending`` (not kept), within ``budget_tokens``."""
+        out = list(self._merged)
+        if pending is not None:
+            if out and out[-1]["role"] == pending["role"]:
+                out[-1] = {"role": pending["role"], "content": out[-1]["content"] + blocks(pending)}
+            else:
+                out.append({"role": pending["role"], "content": blocks(pending)})
+        if not budget_tokens or not out:
+            return out
+        sizes, opens = self._sizes, self._opens
+        new = self._merged[len(sizes) :]
+        sizes.extend(budget.estimate_tokens(m) for m in new)
+        opens.extend(budget.opens_turn(m) for m in new)
+        if len(out) > len(sizes) or out[-1] is not self._merged[-1]:  # pending added or merged into the last
+            sizes = [*sizes[: len(out) - 1], budget.estimate_tokens(out[-1])]
+            opens = [*opens[: len(out) - 1], budget.opens_turn(out[-1])]
+        return budget.fit(out, budget_tokens, sizes, opens)
 
 
 def problems(messages: list[Message]) -> list[str]:

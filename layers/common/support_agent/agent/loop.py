@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from support_agent import observability as obs
-from support_agent.agent import budget
 from support_agent.agent import history as hist
 from support_agent.agent.model_output import sanitize_content
 from support_agent.agent.prompt import SYSTEM_PROMPT
@@ -173,6 +172,7 @@ class _Turn:
         self.trace: list[dict[str, Any]] = []
         self.tool_calls = 0
         self.answered_by = ""  # the model that answered, for the cost estimate
+        self.metrics = obs.TurnMetrics()  # sent once, when the turn ends (ok or not)
 
     # persistence -------------------------------------------------------------------------
 
@@ -260,11 +260,17 @@ class _Turn:
     # the loop ------------------------------------------------------------------------------
 
     def run(self, message: str) -> TurnResult:
+        try:
+            return self._run(message)
+        finally:
+            self.metrics.flush()
+
+    def _run(self, message: str) -> TurnResult:
         history = self.agent.conversations.load(self.conversation_id)
-        messages: list[Message] = [m.as_message() for m in history]
+        messages = hist.RequestHistory(m.as_message() for m in history)
         repaired = self._repair(history)
         if repaired is not None:
-            messages.append(repaired)
+            messages.add(repaired)
         if self.header.usage.total >= self.settings.conversation_token_budget:
             raise TokenBudgetExhausted("this conversation has used its token budget; start a new one")
         pending_user: Message | None = {"role": "user", "content": [{"type": "text", "text": message}]}
@@ -282,10 +288,7 @@ class _Turn:
                 break
             iteration += 1
             final = iteration == self.settings.max_iterations
-            request = budget.fit(
-                hist.for_request(messages + ([pending_user] if pending_user else [])),
-                self.settings.history_token_budget,
-            )
+            request = messages.request(pending_user, self.settings.history_token_budget)
             try:
                 response = self._call_model(request, final, iteration)
             except ServiceError:
@@ -299,20 +302,20 @@ class _Turn:
             last = response
             self.usage += response.usage
             # Write-ahead: the assistant's content is stored before any of its tool calls runs.
-            taken = {b["id"] for m in messages for b in hist.tool_uses(m)}
-            assistant = {"role": "assistant", "content": sanitize_content(response.content, taken)}
+            assistant = {"role": "assistant", "content": sanitize_content(response.content, messages.tool_use_ids)}
             stored = self._append(
                 ([pending_user] if pending_user else []) + [assistant],
                 usage=response.usage,
                 title=message[:80] if pending_user else None,
             )
             pending_user = None
-            messages.extend(m.as_message() for m in stored)
+            for m in stored:
+                messages.add(m.as_message())
             self.agent.checkpoint("after_write_ahead")
             step = STOP_REASON_STEPS.get(response.stop_reason, "stop")
             calls, results = self._run_tools(stored[-1], response.stop_reason, step, final, iteration)
             if results is not None:
-                messages.append(results)
+                messages.add(results)
             self.trace.append(
                 {
                     "iteration": iteration,
@@ -351,6 +354,7 @@ class _Turn:
                     retries=exc.retries if isinstance(exc, ModelError) else 0,
                     outcome=outcome,
                     error=exc.kind,
+                    tally=self.metrics,
                 )
                 raise
             span.annotate(outcome="ok", stop_reason=response.stop_reason)
@@ -364,6 +368,7 @@ class _Turn:
             outcome="ok",
             usage=response.usage,
             stop_reason=response.stop_reason,
+            tally=self.metrics,
         )
         return response
 
@@ -384,6 +389,7 @@ class _Turn:
             outcome=outcome.outcome,
             is_error=outcome.is_error,
             latency_ms=latency_ms,
+            tally=self.metrics,
         )
 
     def _not_run(self, stop_reason: str, step: Step, final: bool) -> ToolOutcome | None:
@@ -444,6 +450,7 @@ class _Turn:
             cost_usd=estimate_usd(
                 self.answered_by or self.settings.model_id, self.usage, price_table(self.settings.price_table)
             ),
+            tally=self.metrics,
         )
         return TurnResult(
             self.conversation_id,
