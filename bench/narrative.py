@@ -205,7 +205,7 @@ Reductions made (all tests green):
   refund over the threshold, and building a boto3 client costs ~80 ms of a cold start here;
 * the per-customer rate limiter uses the services' DynamoDB client instead of building its own
   (a second client costs 15-50 ms here, its service model already cached);
-* the model's HTTP client loads a CA bundle only for an https endpoint (`llm/http.http_client`):
+* the model's HTTP client loads a CA bundle only for an https endpoint (`outbound.http_client`):
   certifi's bundle costs 60-100 ms of CPU to load, wasted on the plain-http local and simulated
   models. In production both sides pay TLS setup once (botocore's first HTTPS connection loads the
   same bundle), so this removes a bench-only penalty, not a production cost;

@@ -7,7 +7,6 @@ handled here, the same for both.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,26 +15,12 @@ import httpx
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.retry import Retryable, RetryingClient, RetryPolicy
 from support_agent.messages import Deadline
-
-WRITE_TIMEOUT = 10.0
+from support_agent.outbound import attempt_timeout, http_client
 
 
 def http_timeout(policy: RetryPolicy, deadline: Deadline | None) -> httpx.Timeout:
-    """Per attempt, so one attempt never outlives the turn (httpx's read timeout is per read)."""
-    limit = math.inf if deadline is None else max(0.01, deadline.remaining())
-    return httpx.Timeout(
-        connect=min(policy.connect_timeout, limit),
-        read=min(policy.read_timeout, limit),
-        write=min(WRITE_TIMEOUT, limit),
-        pool=min(policy.connect_timeout, limit),
-    )
-
-
-def http_client(url: str, transport: httpx.BaseTransport | None) -> httpx.Client:
-    """The model's HTTP client. A CA bundle is loaded only for an https endpoint: loading certifi's
-    costs a cold start 60-100 ms, wasted on a plain-http one (the local and simulated models);
-    anything but plain http keeps full verification."""
-    return httpx.Client(transport=transport, follow_redirects=False, verify=not url.lower().startswith("http://"))
+    """Per attempt, so one attempt never outlives the turn."""
+    return attempt_timeout(policy.connect_timeout, policy.read_timeout, deadline)
 
 
 class HttpClient(RetryingClient):

@@ -28,6 +28,7 @@ from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.base import LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.messages import Deadline, Message
+from support_agent.outbound import full_jitter
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,7 @@ class RetryPolicy:
         )
 
     def backoff(self, retry: int) -> float:
-        """Full jitter: uniform in [0, min(cap, base * 2**retry))."""
-        return self.random() * min(self.backoff_cap, self.backoff_base * 2**retry)
+        return full_jitter(self.random, retry, self.backoff_base, self.backoff_cap)
 
 
 _ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")

@@ -26,12 +26,12 @@ import httpx
 
 from support_agent.config import Settings
 from support_agent.messages import Deadline
+from support_agent.outbound import attempt_timeout, full_jitter
 from support_agent.payments.port import DEFAULT_RETRY_AFTER, OutcomeUnknown, ProviderRefused, ProviderUnavailable
 
 log = logging.getLogger(__name__)
 
 DEADLINE_MARGIN = 1.0  # never wait for a retry that could not finish before the deadline
-WRITE_TIMEOUT = 10.0
 # Raised before a byte could reach Stripe: the attempt was certainly not executed.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
@@ -58,17 +58,10 @@ class StripePolicy:
         )
 
     def backoff(self, retry: int) -> float:
-        return self.random() * min(self.backoff_cap, self.backoff_base * 2**retry)
+        return full_jitter(self.random, retry, self.backoff_base, self.backoff_cap)
 
     def timeout(self, deadline: Deadline | None) -> httpx.Timeout:
-        """Per attempt, so one attempt never outlives the deadline (httpx's read timeout is per read)."""
-        limit = math.inf if deadline is None else max(0.01, deadline.remaining())
-        return httpx.Timeout(
-            connect=min(self.connect_timeout, limit),
-            read=min(self.read_timeout, limit),
-            write=min(WRITE_TIMEOUT, limit),
-            pool=min(self.connect_timeout, limit),
-        )
+        return attempt_timeout(self.connect_timeout, self.read_timeout, deadline)
 
 
 class _Repeat(Exception):

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from support_agent.config import Settings
 from support_agent.messages import Deadline
+from support_agent.outbound import http_client
 from support_agent.payments.port import (
     OutcomeUnknown,
     ProviderRefund,
@@ -67,10 +68,7 @@ class StripeProvider:
         self.base_url = base_url.rstrip("/")
         self.policy = policy or StripePolicy()
         self._api_key = api_key
-        # A CA bundle only for https (loading certifi's costs a cold start; llm/http.py says more).
-        self._http = httpx.Client(
-            transport=transport, follow_redirects=False, verify=not self.base_url.lower().startswith("http://")
-        )
+        self._http = http_client(self.base_url, transport)
 
     @classmethod
     def from_settings(
