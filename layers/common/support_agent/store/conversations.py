@@ -20,6 +20,7 @@ from support_agent.messages import Block, Message, Usage
 from support_agent.store.audit import AuditRecord
 from support_agent.store.dynamo import (
     DynamoDBClient,
+    cancellation_as,
     dumps,
     from_item,
     is_conditional_failure,
@@ -271,12 +272,8 @@ class ConversationStore:
             advance = self._held(conversation_id, owner, update, values)
             items.append({"Update": {**advance, "ConditionExpression": f"{LEASE_HELD} AND next_seq = :expected"}})
         items.extend(record.put(self._audit_table) for record in audit or [])
-        try:
+        with cancellation_as(lambda _codes: Conflict("the conversation changed under this turn; please resend")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                raise Conflict("the conversation changed under this turn; please resend") from None
-            raise
         return stored
 
     def list_for_customer(

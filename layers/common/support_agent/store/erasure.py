@@ -29,7 +29,7 @@ from support_agent.errors import LeaseHeld
 from support_agent.messages import Block
 from support_agent.store.audit import AuditRecord
 from support_agent.store.conversations import ConversationStore
-from support_agent.store.dynamo import DynamoDBClient, cancellation_codes, error_code
+from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as
 
 ERASED = "[erased]"
 ACTION = "customer_erased"
@@ -186,12 +186,12 @@ class ConversationEraser:
         for start in range(0, len(pending), CHUNK_MESSAGES):
             chunk = pending[start : start + CHUNK_MESSAGES]
             items, record = self._chunk_items(conversation_id, request, chunk)
-            try:
+
+            def lease_lost(codes: list[str], header: int = len(chunk), written: int = start) -> LeaseLost | None:
+                # The header's lease check is the item after the tombstones.
+                return LeaseLost(written) if codes[header : header + 1] == [CONDITION_FAILED] else None
+
+            with cancellation_as(lease_lost):
                 # The token makes botocore's retry of a lost answer a no-op, not a duplicate-row cancel.
                 self.client.transact_write_items(TransactItems=items, ClientRequestToken=record.event_id)  # type: ignore[arg-type]
-            except ClientError as exc:
-                header = cancellation_codes(exc)[len(chunk) : len(chunk) + 1]  # the item after the tombstones
-                if error_code(exc) == "TransactionCanceledException" and header == ["ConditionalCheckFailed"]:
-                    raise LeaseLost(start) from None
-                raise
         return len(pending)
