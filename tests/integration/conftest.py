@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -123,21 +124,31 @@ def _params(template: str, path: str) -> dict[str, str]:
     return {x[1:-1]: y for x, y in zip(template.split("/"), path.split("/"), strict=True) if x.startswith("{")}
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+@contextmanager
+def deployed_stack(parameters: dict[str, str]) -> Iterator[Stack]:
+    """template.yaml deployed into moto (Step Functions executing) with the demo data, the chat function's
+    environment in os.environ; the environment is restored afterwards."""
     saved = dict(os.environ)
     os.environ.update(BASE_ENV)
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        # Tests drive many turns per customer per minute; test_rate_limit_api lowers it per test (api.overrides).
-        deployed = deploy({"JwtSecret": SECRET, "Transparency": "verbose", "TurnsPerMinute": "1000"})
-        env = deployed.function_env("ChatFunction")
-        os.environ.update(env)
-        import boto3
+    try:
+        with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+            deployed = deploy({"JwtSecret": SECRET, **parameters})
+            env = deployed.function_env("ChatFunction")
+            os.environ.update(env)
+            import boto3
 
-        seed(boto3.client("dynamodb"), env["CUSTOMER_DATA_TABLE"])
+            seed(boto3.client("dynamodb"), env["CUSTOMER_DATA_TABLE"])
+            yield deployed
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    # Tests drive many turns per customer per minute; test_rate_limit_api lowers it per test (api.overrides).
+    with deployed_stack({"Transparency": "verbose", "TurnsPerMinute": "1000"}) as deployed:
         yield deployed
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 @pytest.fixture

@@ -7,16 +7,12 @@ in the conversation view either. The refunds raised stay in the view: they are t
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
-import boto3
 import pytest
-from moto import mock_aws
 
-from devstack.seed import seed
-from devstack.stack import Stack, deploy
-from tests.integration.conftest import BASE_ENV, SECRET, Api
+from devstack.stack import Stack
+from tests.integration.conftest import Api, deployed_stack
 from tests.support.openapi import assert_documented
 from tests.support.scripted import answer, tool_use, tools
 
@@ -27,16 +23,8 @@ TOOL_DATA = ("Trail running shoes", "DELIVERED", "lookup_order", "request_refund
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     """This module's stack: Transparency left to the template's default."""
-    saved = dict(os.environ)
-    os.environ.update(BASE_ENV)
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        deployed = deploy({"JwtSecret": SECRET, "TurnsPerMinute": "1000"})
-        env = deployed.function_env("ChatFunction")
-        os.environ.update(env)
-        seed(boto3.client("dynamodb"), env["CUSTOMER_DATA_TABLE"])
+    with deployed_stack({"TurnsPerMinute": "1000"}) as deployed:
         yield deployed
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def test_quiet_leaves_tool_data_out_of_every_customer_body(api: Api) -> None:
