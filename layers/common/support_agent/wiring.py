@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from support_agent.approvals.sweep import ApprovalSweeper
     from support_agent.auth import Authenticator
     from support_agent.llm.base import LlmClient
+    from support_agent.payments.flow import RefundStep
     from support_agent.payments.port import PaymentProvider
+    from support_agent.payments.settle import RefundSettler
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.conversations import ConversationStore
@@ -83,7 +85,17 @@ def _lazy(service: Service) -> Any:
     return _LazyClient(service)
 
 
-def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
+def build_settler(settings: Settings, ddb: Any, payments: PaymentProvider) -> RefundSettler:
+    from support_agent.payments.settle import RefundSettler
+    from support_agent.store.ledger import RefundLedger
+
+    ledger = RefundLedger(ddb, settings.customer_data_table, settings.approvals_table, settings.audit_table)
+    return RefundSettler(payments, ledger, utc_now)
+
+
+def build_registry(settings: Settings, ddb: Any, sqs: Any, payments: PaymentProvider | None = None) -> ToolRegistry:
+    """``payments``: the process's provider; by default one built from the settings on its first call."""
+    from support_agent.payments.factory import lazy_provider
     from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.handoffs import HandoffStore
     from support_agent.store.refunds import RefundWriter
@@ -101,7 +113,13 @@ def build_registry(settings: Settings, ddb: Any, sqs: Any) -> ToolRegistry:
     handoffs = HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table)
     return ToolRegistry(
         order_tools(customer_data)
-        + refund_tools(customer_data, writer, enqueue, settings.refund_threshold_cents)
+        + refund_tools(
+            customer_data,
+            writer,
+            build_settler(settings, ddb, payments if payments is not None else lazy_provider(settings)),
+            enqueue,
+            settings.refund_threshold_cents,
+        )
         + handoff_tools(handoffs)
     )
 
@@ -118,8 +136,9 @@ def build_chat_services(
 
     ddb = client("dynamodb") if ddb is None else ddb
     sqs = _lazy("sqs") if sqs is None else sqs
+    payments = payments if payments is not None else lazy_provider(settings)
     conversations = ConversationStore(ddb, settings.conversations_table, settings.audit_table)
-    agent = Agent(settings, llm, conversations, build_registry(settings, ddb, sqs))
+    agent = Agent(settings, llm, conversations, build_registry(settings, ddb, sqs, payments))
     return ChatServices(
         settings,
         agent,
@@ -128,7 +147,7 @@ def build_chat_services(
         ApprovalStore(ddb, settings.approvals_table),
         RateLimiter(ddb, settings.conversations_table, settings.turns_per_minute),
         RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
-        payments=payments if payments is not None else lazy_provider(settings),
+        payments=payments,
     )
 
 
@@ -234,6 +253,21 @@ class _Root:
         )
 
     @cached_property
+    def refund_step(self) -> RefundStep:
+        """PaymentsFunction's: RefundFlow's refund step, on the process's provider."""
+        from support_agent.payments.flow import RefundStep
+        from support_agent.store.approvals import ApprovalStore
+
+        settings = get_settings()
+        ddb = self.client("dynamodb")
+        return RefundStep(
+            ApprovalStore(ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table),
+            build_settler(settings, ddb, self.payments),
+            settings.payment_provider,
+            utc_now,
+        )
+
+    @cached_property
     def authenticator(self) -> Authenticator:
         """Kept while warm, so the JWKS cache survives across invocations."""
         from support_agent.auth import Authenticator
@@ -267,6 +301,10 @@ def approval_sweeper() -> ApprovalSweeper:
 
 def authenticator() -> Authenticator:
     return _root.authenticator
+
+
+def refund_step() -> RefundStep:
+    return _root.refund_step
 
 
 def payments() -> PaymentProvider:

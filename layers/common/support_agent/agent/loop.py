@@ -209,6 +209,7 @@ class _Turn:
             tool_use_id,
             self.request_id,
             self.agent.now(),
+            self.deadline,
         )
 
     def _audit(self, use: Block, outcome: ToolOutcome) -> AuditRecord:

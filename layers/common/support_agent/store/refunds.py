@@ -14,6 +14,7 @@ from typing import Any
 from support_agent.store.audit import AuditRecord
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
 from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, dumps, put_new, to_values
+from support_agent.store.ledger import LedgerRow, RefundLedger
 
 
 class RefundRace(Exception):
@@ -38,6 +39,7 @@ class RefundRequest:
     actor: str
     request_id: str
     now: str
+    payment_intent: str = ""
 
 
 class RefundWriter:
@@ -107,18 +109,26 @@ class RefundWriter:
         with cancellation_as(lambda codes: RefundRace(request_exists=codes[:1] == [CONDITION_FAILED])):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
 
-    def direct(self, r: RefundRequest, threshold_cents: int, result: dict[str, Any]) -> None:
-        """Refund at once: only while refunded + reserved + amount stays within the threshold."""
+    def direct(self, r: RefundRequest, threshold_cents: int, row: LedgerRow) -> None:
+        """Write the REQUESTED ledger row and reserve the amount, before any provider call.
+
+        Only while refunded + reserved + amount stays within the threshold; the provider's answer then
+        moves the reservation to refunded (or back), in `RefundLedger.record`.
+        """
         need = max(r.amount_cents, r.total_cents - threshold_cents + r.amount_cents)
         self._transact(
             [
-                self._request_row(r, "direct", "REFUNDED", result),
+                RefundLedger.new_row_item(
+                    self._customers, row, r.now, {"reason": r.reason, "tool_use_id": r.tool_use_id}
+                ),
                 self._order_update(
                     r,
-                    "SET available_cents = available_cents - :a, refunded_cents = refunded_cents + :a",
+                    "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
                     need,
                 ),
-                self._audit_row(r, "refund", "REFUNDED", result),
+                self._audit_row(
+                    r, "refund", "REQUESTED", {"status": "REFUND_IN_PROGRESS", "attempt_key": row.attempt_key}
+                ),
             ]
         )
 
@@ -136,6 +146,7 @@ class RefundWriter:
             "conversation_id": r.conversation_id,
             "tool_use_id": r.tool_use_id,
             "request_sk": r.request_sk,
+            "payment_intent": r.payment_intent or None,
             "requested_by": r.actor,
             "created_at": r.now,
         }

@@ -3,6 +3,11 @@
 A call is idempotent by ``(conversation_id, seq, tool_use_id)``: if it already ran (say, before a
 crash) the recorded result is returned and nothing is written again. The refund row is found by
 that key alone, so a call whose stored input was erased, or no longer validates, still finds it.
+
+A direct refund is its ledger row (store/ledger.py): written REQUESTED with the reservation, then the
+provider is asked (payments/settle.py), then the outcome recorded. A call found REQUESTED or SETTLING
+(a crash between those steps, or an answer still unknown) is asked again with the same attempt key:
+the provider answers the first attempt's outcome, never a second refund.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from support_agent import observability as obs
 from support_agent.ids import new_approval_id
+from support_agent.payments.settle import RefundSettler
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore, refund_request_sk
+from support_agent.store.ledger import UNSETTLED, LedgerRow, direct_refund_key
 from support_agent.store.refunds import RefundRace, RefundRequest, RefundWriter
 from support_agent.tools.orders import not_found
 from support_agent.tools.registry import Tool, ToolContext, ToolError
@@ -35,15 +42,48 @@ class RequestRefundInput(BaseModel):
     reason: str = Field(..., min_length=1, max_length=500, description="Why the customer wants a refund.")
 
 
+def direct_answer(row: LedgerRow) -> dict[str, Any]:
+    """The tool's answer for a direct refund, from its ledger row (the customers' vocabulary)."""
+    money = {"order_id": row.order_id, "amount_cents": row.amount_cents, "currency": row.currency}
+    if row.status == "SUCCEEDED":
+        return {"status": "REFUNDED", "refund_id": row.refund_id, **money}
+    if row.status == "FAILED":
+        return {
+            "status": "FAILED",
+            **money,
+            "error": f"the payment provider refused this refund ({row.failure_code or 'refused'}); "
+            "nothing was refunded and the amount is available again",
+        }
+    return {
+        "status": "REFUND_IN_PROGRESS",
+        **money,
+        "message": "The refund has been sent to the payment provider and will complete shortly.",
+    }
+
+
 def refund_tools(
     store: CustomerDataStore,
     writer: RefundWriter,
+    settler: RefundSettler,
     enqueue_approval: Callable[[str], None],
     threshold_cents: int,
 ) -> list[Tool[Any]]:
+    provider = settler.provider.name
+
+    def settle(row: LedgerRow, ctx: ToolContext) -> dict[str, Any]:
+        settled = settler.settle(row, actor=ctx.principal.sub, request_id=ctx.request_id, deadline=ctx.deadline)
+        if settled.row.status == "SUCCEEDED" and row.status != "SUCCEEDED":
+            obs.emit(obs.REFUNDS_COMPLETED)
+        return direct_answer(settled.row)
+
     def recorded(ctx: ToolContext) -> dict[str, Any] | None:
-        row = store.get(ctx.customer_id, refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id))
-        return json.loads(row["result"]) if row else None
+        item = store.get(ctx.customer_id, refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id))
+        if item is None:
+            return None
+        if item.get("kind") != "direct" or "refund_key" not in item:
+            return dict(json.loads(item["result"]))  # an approval request (or a ledger-only row from before)
+        row = LedgerRow.from_item(item)
+        return settle(row, ctx) if row.status in UNSETTLED else direct_answer(row)
 
     def attempt(args: RequestRefundInput, ctx: ToolContext) -> dict[str, Any]:
         order = store.get_order(ctx.customer_id, args.order_id)
@@ -58,6 +98,11 @@ def refund_tools(
             raise ToolError(
                 f"order {args.order_id} has {available} cents left to refund; {args.amount_cents} is too much"
             )
+        intent = str(order.get("payment_intent") or "")
+        if provider != "none" and not intent:
+            raise ToolError(
+                f"order {args.order_id} has no card payment on file to refund; offer the customer a support lead"
+            )
         request = RefundRequest(
             customer_id=ctx.customer_id,
             order_id=args.order_id,
@@ -71,14 +116,27 @@ def refund_tools(
             actor=ctx.principal.sub,
             request_id=ctx.request_id,
             now=ctx.now,
+            payment_intent=intent,
         )
         committed = int(order.get("refunded_cents", 0)) + int(order.get("reserved_cents", 0))
         money = {"order_id": args.order_id, "amount_cents": args.amount_cents, "currency": order["currency"]}
         if committed + args.amount_cents <= threshold_cents:
-            result = {"status": "REFUNDED", **money}
-            writer.direct(request, threshold_cents, result)
-            obs.emit(obs.REFUNDS_COMPLETED)
-            return result
+            row = LedgerRow(
+                customer_id=ctx.customer_id,
+                sk=request.request_sk,
+                kind="direct",
+                refund_key=direct_refund_key(ctx.conversation_id, ctx.seq, ctx.tool_use_id),
+                order_id=args.order_id,
+                amount_cents=args.amount_cents,
+                currency=order["currency"],
+                payment_intent=intent,
+                status="REQUESTED",
+                attempt=1,
+                provider=provider,
+                conversation_id=ctx.conversation_id,
+            )
+            writer.direct(request, threshold_cents, row)
+            return settle(row, ctx)
         approval_id = new_approval_id()
         result = {
             "status": "PENDING_APPROVAL",

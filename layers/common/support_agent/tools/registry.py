@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from support_agent.auth import Principal
+from support_agent.messages import Deadline
 
 In = TypeVar("In", bound=BaseModel)
 
@@ -31,6 +32,7 @@ class ToolContext:
     tool_use_id: str
     request_id: str
     now: str
+    deadline: Deadline | None = None  # the turn's: a call outside AWS (the payment provider) stays within it
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,12 @@ class ToolRegistry:
             return parsed
         tool, args = parsed
         try:
-            return ToolOutcome(tool.run(args, ctx), False, "ok")
+            result = tool.run(args, ctx)
         except ToolError as exc:
             return ToolOutcome({"error": str(exc)}, True, "error")
+        if result.get("error"):  # a refusal recorded with its details (a refund the provider refused)
+            return ToolOutcome(result, True, "error")
+        return ToolOutcome(result, False, "ok")
 
     def recorded(self, name: str, ctx: ToolContext) -> ToolOutcome | None:
         """What a call that may have run before a crash did, if it left a record: by

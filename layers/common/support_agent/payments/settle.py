@@ -1,0 +1,85 @@
+"""One provider call for a ledger row's current attempt, and its outcome recorded: shared by every path.
+
+The chat's direct refunds, a crashed call's repair, and `PaymentsFunction` (RefundFlow's refund step)
+all settle through `RefundSettler.settle`, so each asks the provider the same way and reads its answer
+by the same rule (docs/PAYMENTS.md):
+
+* a refund object → SUCCEEDED (``succeeded``) or SETTLING (``pending``, ``requires_action``);
+* a refusal → look it up by refund key: found → by its status; not found after a definitive refusal
+  → FAILED; not found after a replayed failure → SETTLING (proves nothing);
+* no answer (timeout, 5xx, 409 key in use, 429 after retries, unreachable) → SETTLING, ``unknown``:
+  the same attempt key is repeated later, never a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from support_agent.messages import Deadline
+from support_agent.payments.port import (
+    OutcomeUnknown,
+    PaymentError,
+    PaymentProvider,
+    ProviderRefund,
+    ProviderRefused,
+    ProviderUnavailable,
+)
+from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settled:
+    row: LedgerRow  # as recorded (or as another writer left it)
+    outcome: Outcome  # what this call established
+
+
+def outcome_of(refund: ProviderRefund) -> Outcome:
+    if refund.status == "succeeded":
+        return Outcome("SUCCEEDED", refund.id, refund.status)
+    return Outcome("SETTLING", refund.id, refund.status)
+
+
+@dataclass(frozen=True)
+class RefundSettler:
+    provider: PaymentProvider
+    ledger: RefundLedger
+    now: Callable[[], str]
+
+    def settle(self, row: LedgerRow, *, actor: str, request_id: str = "", deadline: Deadline | None = None) -> Settled:
+        """Ask the provider for ``row``'s current attempt and record what it said; a settled row is returned as is."""
+        if row.settled:
+            return Settled(row, Outcome(row.status, row.refund_id, failure_code=row.failure_code))
+        outcome = self._ask(row, deadline)
+        recorded = self.ledger.record(row, outcome, self.now(), actor, request_id)
+        return Settled(recorded, outcome)
+
+    def _ask(self, row: LedgerRow, deadline: Deadline | None) -> Outcome:
+        try:
+            refund = self.provider.refund(
+                row.attempt_key, row.payment_intent, row.amount_cents, row.currency, row.metadata, deadline=deadline
+            )
+        except ProviderRefused as exc:
+            return self._look_up(row, exc, deadline)
+        except (OutcomeUnknown, ProviderUnavailable) as exc:
+            logger.warning("refund outcome unknown", extra={"attempt_key": row.attempt_key, "kind": exc.kind})
+            return Outcome("SETTLING", provider_status=exc.kind, unknown=True)
+        if refund.alive:
+            return outcome_of(refund)
+        # Made and already failed or canceled: no money moved; confirm no other live refund exists.
+        return self._look_up(row, ProviderRefused(f"refund_{refund.status}", "refund " + refund.status), deadline)
+
+    def _look_up(self, row: LedgerRow, refused: ProviderRefused, deadline: Deadline | None) -> Outcome:
+        try:
+            found = self.provider.find(row.refund_key, row.payment_intent, deadline=deadline)
+        except PaymentError as exc:
+            logger.warning("refund look-up failed", extra={"attempt_key": row.attempt_key, "kind": exc.kind})
+            return Outcome("SETTLING", provider_status=refused.code, failure_code=refused.code, unknown=True)
+        if found is not None:
+            return outcome_of(found)
+        if refused.definitive:
+            return Outcome("FAILED", provider_status="refused", failure_code=refused.code)
+        return Outcome("SETTLING", provider_status=refused.code, failure_code=refused.code, unknown=True)

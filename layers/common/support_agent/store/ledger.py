@@ -1,0 +1,388 @@
+"""The refund ledger: one row per refund key, the only record of what was asked of the payment provider.
+
+A row is written REQUESTED, with the reservation and its audit row, before any provider call; every
+request of one attempt is built from the row alone (`LedgerRow.request`), so a repair, a sweep and a
+replayed execution send byte-identical parameters. Each provider call's outcome is recorded by one
+transaction conditioned on the row still being unsettled at the same attempt, which moves the order's
+money and (for an approved refund) the approval with it:
+
+================  ===========================  ==============================================
+ledger state      order                        approval (approved refunds)
+================  ===========================  ==============================================
+REQUESTED         available -> reserved        APPROVED -> SETTLING (`begin_approved`)
+SETTLING          still reserved               SETTLING
+SUCCEEDED         reserved -> refunded         SETTLING -> REFUNDED
+FAILED            direct: reserved -> avail.   SETTLING -> FAILED (reservation kept for the lead)
+================  ===========================  ==============================================
+
+``available + reserved + refunded = total`` holds in every state. A FAILED approved refund that a
+lead retries gets attempt ``n + 1`` (FAILED is written only once the provider refused and `find`
+confirmed no refund exists, so the new key cannot make a second refund).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from support_agent.payments.port import attempt_key
+from support_agent.store.audit import AuditRecord
+from support_agent.store.customer_data import order_key
+from support_agent.store.dynamo import (
+    CONDITION_FAILED,
+    DynamoDBClient,
+    cancellation_as,
+    from_item,
+    put_new,
+    to_item,
+    to_values,
+)
+
+LedgerStatus = Literal["REQUESTED", "SETTLING", "SUCCEEDED", "FAILED"]
+UNSETTLED: tuple[LedgerStatus, ...] = ("REQUESTED", "SETTLING")
+FINAL: tuple[LedgerStatus, ...] = ("SUCCEEDED", "FAILED")
+Kind = Literal["direct", "approved"]
+
+
+def approved_refund_sk(approval_id: str) -> str:
+    return f"REFUND#{approval_id}"
+
+
+def direct_refund_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
+    return f"{conversation_id}:{seq}:{tool_use_id}"
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    customer_id: int
+    sk: str
+    kind: Kind
+    refund_key: str
+    order_id: int
+    amount_cents: int
+    currency: str
+    payment_intent: str
+    status: LedgerStatus
+    attempt: int
+    provider: str
+    conversation_id: str = ""
+    approval_id: str = ""
+    refund_id: str = ""
+    failure_code: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # the item's other attributes
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> LedgerRow:
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        return cls(
+            customer_id=int(item["customer_id"]),
+            sk=str(item["sk"]),
+            kind=item["kind"],
+            refund_key=str(item["refund_key"]),
+            order_id=int(item["order_id"]),
+            amount_cents=int(item["amount_cents"]),
+            currency=str(item["currency"]),
+            payment_intent=str(item.get("payment_intent", "")),
+            status=item["status"],
+            attempt=int(item["attempt"]),
+            provider=str(item.get("provider", "none")),
+            conversation_id=str(item.get("conversation_id") or ""),
+            approval_id=str(item.get("approval_id") or ""),
+            refund_id=str(item.get("refund_id") or ""),
+            failure_code=str(item.get("failure_code") or ""),
+            extra={k: v for k, v in item.items() if k not in known},
+        )
+
+    @property
+    def settled(self) -> bool:
+        return self.status in FINAL
+
+    @property
+    def attempt_key(self) -> str:
+        return attempt_key(self.refund_key, self.attempt)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """What the provider stores with the refund (the port adds refund_key and attempt)."""
+        meta = {"customer_id": str(self.customer_id), "order_id": str(self.order_id)}
+        if self.approval_id:
+            meta["approval_id"] = self.approval_id
+        if self.conversation_id:
+            meta["conversation_id"] = self.conversation_id
+        return meta
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one provider call (and, after a refusal, the look-up) established."""
+
+    status: LedgerStatus  # SUCCEEDED, SETTLING or FAILED
+    refund_id: str = ""
+    provider_status: str = ""  # the provider's word (pending, succeeded...), or what went wrong
+    failure_code: str = ""
+    unknown: bool = False  # True: no answer (timeout, 5xx, unavailable); repeat the same attempt later
+
+
+class LedgerRace(Exception):
+    """The row, the order or the approval was not in the state the write needs; re-read and decide."""
+
+
+class RefundLedger:
+    def __init__(self, client: DynamoDBClient, customer_table: str, approvals_table: str, audit_table: str) -> None:
+        self._db = client
+        self._customers = customer_table
+        self._approvals = approvals_table
+        self._audit = audit_table
+
+    def get(self, customer_id: int, sk: str) -> LedgerRow | None:
+        out = self._db.get_item(
+            TableName=self._customers, Key=to_item({"customer_id": customer_id, "sk": sk}), ConsistentRead=True
+        )
+        item = out.get("Item")
+        return LedgerRow.from_item(from_item(item)) if item else None
+
+    @staticmethod
+    def new_row_item(table: str, row: LedgerRow, now: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The Put that writes a new unsettled row once; callers add it to their transaction."""
+        item = {
+            "customer_id": row.customer_id,
+            "sk": row.sk,
+            "kind": row.kind,
+            "refund_key": row.refund_key,
+            "order_id": row.order_id,
+            "amount_cents": row.amount_cents,
+            "currency": row.currency,
+            "payment_intent": row.payment_intent,
+            "status": row.status,
+            "attempt": row.attempt,
+            "attempt_started_at": now,
+            "provider": row.provider,
+            "conversation_id": row.conversation_id or None,
+            "approval_id": row.approval_id or None,
+            "created_at": now,
+            "updated_at": now,
+            **(extra or {}),
+        }
+        return put_new(table, item, "sk")
+
+    def begin_approved(self, approval: dict[str, Any], provider: str, now: str, actor: str) -> LedgerRow:
+        """APPROVED -> SETTLING with the refund's REQUESTED row, in one transaction, before the provider call.
+
+        The row is new (attempt 1), or a FAILED one a lead retried (attempt ``n + 1``). `LedgerRace` when
+        the approval is no longer APPROVED or the row is neither absent nor FAILED.
+        """
+        approval_id = approval["approval_id"]
+        customer_id = int(approval["customer_id"])
+        sk = approved_refund_sk(approval_id)
+        current = self.get(customer_id, sk)
+        row = LedgerRow(
+            customer_id=customer_id,
+            sk=sk,
+            kind="approved",
+            refund_key=approval_id,
+            order_id=int(approval["order_id"]),
+            amount_cents=int(approval["amount_cents"]),
+            currency=str(approval["currency"]),
+            payment_intent=str(approval.get("payment_intent") or self._order_intent(customer_id, approval)),
+            status="REQUESTED",
+            attempt=1 if current is None else current.attempt + 1,
+            provider=provider,
+            conversation_id=str(approval.get("conversation_id") or ""),
+            approval_id=approval_id,
+        )
+        if current is None:
+            ledger_item = self.new_row_item(self._customers, row, now)
+        elif current.status == "FAILED":
+            ledger_item = {
+                "Update": {
+                    "TableName": self._customers,
+                    "Key": to_item({"customer_id": customer_id, "sk": sk}),
+                    "UpdateExpression": "SET #st = :requested, attempt = :n, attempt_started_at = :now, "
+                    "updated_at = :now, provider = :provider REMOVE refund_id, failure_code, provider_status",
+                    "ConditionExpression": "#st = :failed AND attempt = :prev",
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": to_values(
+                        {
+                            ":requested": "REQUESTED",
+                            ":failed": "FAILED",
+                            ":n": row.attempt,
+                            ":prev": current.attempt,
+                            ":now": now,
+                            ":provider": provider,
+                        }
+                    ),
+                }
+            }
+        else:
+            raise LedgerRace(f"refund {sk} is {current.status}")
+        items = [
+            self._approval_update(
+                approval_id, "APPROVED", "SETTLING", now, {"refund_provider": provider, "refund_status": "REQUESTED"}
+            ),
+            ledger_item,
+            AuditRecord(
+                stream=f"approval#{approval_id}",
+                action="refund_started",
+                actor=actor,
+                outcome="SETTLING",
+                customer_id=customer_id,
+                created_at=now,
+                output={**self._money(row), "attempt_key": row.attempt_key, "provider": provider},
+                conversation_id=row.conversation_id or None,
+                approval_id=approval_id,
+            ).put(self._audit),
+        ]
+        with cancellation_as(lambda codes: LedgerRace("approval or refund row changed")):
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        return row
+
+    def record(self, row: LedgerRow, outcome: Outcome, now: str, actor: str, request_id: str = "") -> LedgerRow:
+        """Write one provider call's outcome: the row, the order's money and the approval, with the audit row.
+
+        Conditioned on the row still being unsettled at this attempt; when it is not (another writer
+        recorded first), only the audit row is written and the row as it now is comes back.
+        """
+        audit = self._call_audit(row, outcome, now, actor, request_id)
+        if outcome.status == "SETTLING" and row.status == "SETTLING" and outcome.refund_id in ("", row.refund_id):
+            # Nothing new to record: the call is still audited.
+            self._db.put_item(**audit["Put"])
+            return row
+        names = {"#st": "status"}
+        values: dict[str, Any] = {
+            ":to": outcome.status,
+            ":n": row.attempt,
+            ":now": now,
+            ":requested": "REQUESTED",
+            ":settling": "SETTLING",
+        }
+        sets = ["#st = :to", "updated_at = :now"]
+        for name, value in (
+            ("refund_id", outcome.refund_id),
+            ("provider_status", outcome.provider_status),
+            ("failure_code", outcome.failure_code),
+        ):
+            if value:
+                sets.append(f"{name} = :{name}")
+                values[f":{name}"] = value
+        if outcome.status in FINAL:
+            sets.append("settled_at = :now")
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self._customers,
+                    "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
+                    "UpdateExpression": "SET " + ", ".join(sets),
+                    "ConditionExpression": "#st IN (:requested, :settling) AND attempt = :n",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": to_values(values),
+                }
+            },
+            audit,
+        ]
+        order_move = self._order_move(row, outcome.status)
+        if order_move:
+            items.append(order_move)
+        if row.kind == "approved":
+            approval_sets: dict[str, Any] = {"refund_status": outcome.status}
+            if outcome.refund_id:
+                approval_sets["refund_id"] = outcome.refund_id
+            to_status = {"SUCCEEDED": "REFUNDED", "FAILED": "FAILED"}.get(outcome.status, "SETTLING")
+            if to_status == "REFUNDED":
+                approval_sets["refunded_at"] = now
+            if to_status == "FAILED":
+                approval_sets.update(failed_at=now, failure_error=outcome.failure_code or "refused")
+            items.append(self._approval_update(row.approval_id, "SETTLING", to_status, now, approval_sets))
+
+        def cancelled(codes: list[str]) -> Exception | None:
+            if codes[:1] == [CONDITION_FAILED] or not codes:
+                return _Superseded()
+            return LedgerRace(f"refund {row.sk}: the order or approval changed ({codes})")
+
+        try:
+            with cancellation_as(cancelled):
+                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except _Superseded:
+            self._db.put_item(**audit["Put"])
+            current = self.get(row.customer_id, row.sk)
+            assert current is not None
+            return current
+        current = self.get(row.customer_id, row.sk)
+        assert current is not None
+        return current
+
+    # ------------------------------------------------------------------ parts
+
+    def _order_intent(self, customer_id: int, approval: dict[str, Any]) -> str:
+        """An approval made before orders carried their payment intent: the order's, read once."""
+        out = self._db.get_item(
+            TableName=self._customers, Key=order_key(customer_id, int(approval["order_id"])), ConsistentRead=True
+        )
+        return str(from_item(out.get("Item") or {}).get("payment_intent") or "")
+
+    def _approval_update(
+        self, approval_id: str, from_status: str, to_status: str, now: str, sets: dict[str, Any]
+    ) -> dict[str, Any]:
+        names = {"#st": "status"}
+        values: dict[str, Any] = {":to": to_status, ":from": from_status, ":now": now}
+        assignments = ["#st = :to", "updated_at = :now"]
+        for i, (name, value) in enumerate(sets.items()):
+            names[f"#f{i}"] = name
+            values[f":v{i}"] = value
+            assignments.append(f"#f{i} = :v{i}")
+        return {
+            "Update": {
+                "TableName": self._approvals,
+                "Key": to_item({"approval_id": approval_id}),
+                "UpdateExpression": "SET " + ", ".join(assignments),
+                "ConditionExpression": "#st = :from",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": to_values(values),
+            }
+        }
+
+    def _order_move(self, row: LedgerRow, to: LedgerStatus) -> dict[str, Any] | None:
+        if to == "SUCCEEDED":
+            expr = "SET reserved_cents = reserved_cents - :a, refunded_cents = refunded_cents + :a"
+        elif to == "FAILED" and row.kind == "direct":
+            expr = "SET reserved_cents = reserved_cents - :a, available_cents = available_cents + :a"
+        else:
+            return None  # SETTLING keeps the reservation; a FAILED approval keeps it for the lead's decision
+        return {
+            "Update": {
+                "TableName": self._customers,
+                "Key": order_key(row.customer_id, row.order_id),
+                "UpdateExpression": expr,
+                "ConditionExpression": "reserved_cents >= :a",
+                "ExpressionAttributeValues": to_values({":a": row.amount_cents}),
+            }
+        }
+
+    @staticmethod
+    def _money(row: LedgerRow) -> dict[str, Any]:
+        return {"order_id": row.order_id, "amount_cents": row.amount_cents, "currency": row.currency}
+
+    def _call_audit(self, row: LedgerRow, outcome: Outcome, now: str, actor: str, request_id: str) -> dict[str, Any]:
+        return AuditRecord(
+            stream=f"approval#{row.approval_id}" if row.kind == "approved" else row.conversation_id,
+            action="payment_refund",
+            actor=actor,
+            outcome=outcome.status,
+            customer_id=row.customer_id,
+            created_at=now,
+            tool=None,
+            output={
+                **self._money(row),
+                "provider": row.provider,
+                "attempt_key": row.attempt_key,
+                "refund_id": outcome.refund_id or None,
+                "provider_status": outcome.provider_status or None,
+                "failure_code": outcome.failure_code or None,
+            },
+            conversation_id=row.conversation_id or None,
+            approval_id=row.approval_id or None,
+            request_id=request_id or None,
+        ).put(self._audit)
+
+
+class _Superseded(Exception):
+    """The row was no longer unsettled at this attempt: another writer recorded first."""
