@@ -20,6 +20,7 @@ from support_agent.store.approvals import ApprovalStore, ReservationMissing, Sta
 from support_agent.store.dynamo import CONDITION_FAILED, cancellation_as
 from support_agent.store.handoffs import HandoffConflict, HandoffStore
 from support_agent.store.refunds import RefundRace, RefundRequest, RefundWriter
+from tests.support.ledger import direct_row
 from tests.support.recording import RecordingDynamo, cancelled
 
 CCF, OK = CONDITION_FAILED, "None"
@@ -117,7 +118,7 @@ def test_a_refund_cancellation_is_a_race_that_knows_whether_the_call_was_recorde
 ) -> None:
     writer = RefundWriter(failing(*codes), "CustomerData", "Approvals", "Audit")
     with pytest.raises(RefundRace) as race:
-        writer.direct(request(), 5000, {"status": "REFUNDED"})
+        writer.direct(request(), 5000, direct_row(request()))
     assert race.value.request_exists is exists
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -82,8 +83,15 @@ def test_direct_refund_under_threshold(harness: Harness) -> None:
     o = h.order(1043)
     assert (o["available_cents"], o["reserved_cents"], o["refunded_cents"]) == (0, 0, 2500)
     assert h.queued() == []
-    actions = sorted(a["action"] for a in h.audit.list_stream(r.conversation_id))
-    assert actions == ["refund", "tool_call"]
+    rows = h.audit.list_stream(r.conversation_id)
+    # The request with its reservation, the provider call (with its attempt key), the tool call.
+    assert [(a["action"], a["outcome"]) for a in rows] == [
+        ("refund", "REQUESTED"),
+        ("payment_refund", "SUCCEEDED"),
+        ("tool_call", "ok"),
+    ]
+    call = json.loads(rows[1]["output"])
+    assert call["attempt_key"].endswith("#1") and call["refund_id"] == r.trace[0]["toolCalls"][0]["result"]["refund_id"]
 
 
 def test_threshold_counts_earlier_refunds(harness: Harness) -> None:

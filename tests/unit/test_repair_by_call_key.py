@@ -120,7 +120,11 @@ def test_crashed_direct_refund_repairs_as_recorded_and_is_not_made_again(
     o = h.order(ORDER)
     assert o["refunded_cents"] == AMOUNT
     assert o["available_cents"] + o["reserved_cents"] + o["refunded_cents"] == o["total_cents"]
-    assert call_audit(h, cid, call["id"]) == [("refund", "REFUNDED"), ("tool_call", "recorded")]
+    assert call_audit(h, cid, call["id"]) == [
+        ("payment_refund", "SUCCEEDED"),
+        ("refund", "REQUESTED"),
+        ("tool_call", "recorded"),
+    ]
     assert_history_and_audit_agree(h, cid)
 
 

@@ -7,6 +7,7 @@ such as MAX_TOOL_USES or the erasure chunk grows unsafely, or when a new call si
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,9 @@ from support_agent.config import Settings
 from support_agent.store.approvals import ApprovalStore
 from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
+from support_agent.store.ledger import Outcome, RefundLedger
 from support_agent.store.refunds import RefundRequest, RefundWriter
+from tests.support.ledger import direct_row, ledger_item
 from tests.support.harness import Crash, Harness, make_harness
 from tests.support.recording import RecordingDynamo
 from tests.support.scripted import answer, tool_use, tools
@@ -31,6 +34,7 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
     "store/refunds.py": 1,  # direct, reserve: test_money_writes
+    "store/ledger.py": 2,  # begin_approved, record: test_ledger_writes
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 1,  # chunks: test_erasure_chunks
@@ -100,9 +104,24 @@ def request(amount: int) -> RefundRequest:
 def test_money_writes() -> None:
     db = RecordingDynamo()
     writer = RefundWriter(db, "CustomerData", "Approvals", "Audit")
-    writer.direct(request(100), 5000, {"status": "REFUNDED"})
+    writer.direct(request(100), 5000, direct_row(request(100)))
     writer.reserve(request(9000), "apr_1", {"status": "PENDING_APPROVAL", "approval_id": "apr_1"})
     assert len(db.transactions) == 2
+    assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
+
+
+def test_ledger_writes() -> None:
+    """The largest: an approved refund's outcome (row, audit, order, approval) and its start (approval, row, audit)."""
+    approval = {"approval_id": "apr_1", "customer_id": 7, "order_id": 1042, "amount_cents": 9000, "currency": "USD"}
+    db = RecordingDynamo(items={"Approvals": {**approval, "status": "APPROVED"}})
+    ledger = RefundLedger(db, "CustomerData", "Approvals", "Audit")
+    row = ledger.begin_approved({**approval, "payment_intent": "pi_1"}, "stripe", "t", "refund-flow")
+    db.items["CustomerData"] = {**ledger_item(row)}
+    for outcome in (Outcome("SUCCEEDED", "re_1", "succeeded"), Outcome("FAILED", failure_code="x")):
+        ledger.record(row, outcome, "t", "refund-flow")
+    direct = dataclasses.replace(row, kind="direct", approval_id="", conversation_id=CID)
+    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "customer-7")
+    assert [len(t) for t in db.transactions] == [3, 4, 3, 3]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 

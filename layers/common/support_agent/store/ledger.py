@@ -67,6 +67,7 @@ class LedgerRow:
     provider: str
     conversation_id: str = ""
     approval_id: str = ""
+    tool_use_id: str = ""  # a direct refund's tool call
     refund_id: str = ""
     failure_code: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # the item's other attributes
@@ -88,6 +89,7 @@ class LedgerRow:
             provider=str(item.get("provider", "none")),
             conversation_id=str(item.get("conversation_id") or ""),
             approval_id=str(item.get("approval_id") or ""),
+            tool_use_id=str(item.get("tool_use_id") or ""),
             refund_id=str(item.get("refund_id") or ""),
             failure_code=str(item.get("failure_code") or ""),
             extra={k: v for k, v in item.items() if k not in known},
@@ -159,6 +161,7 @@ class RefundLedger:
             "provider": row.provider,
             "conversation_id": row.conversation_id or None,
             "approval_id": row.approval_id or None,
+            "tool_use_id": row.tool_use_id or None,
             "created_at": now,
             "updated_at": now,
             **(extra or {}),
@@ -381,6 +384,7 @@ class RefundLedger:
             conversation_id=row.conversation_id or None,
             approval_id=row.approval_id or None,
             request_id=request_id or None,
+            tool_use_id=row.tool_use_id or None,
         ).put(self._audit)
 
 

@@ -118,9 +118,7 @@ class RefundWriter:
         need = max(r.amount_cents, r.total_cents - threshold_cents + r.amount_cents)
         self._transact(
             [
-                RefundLedger.new_row_item(
-                    self._customers, row, r.now, {"reason": r.reason, "tool_use_id": r.tool_use_id}
-                ),
+                RefundLedger.new_row_item(self._customers, row, r.now, {"reason": r.reason}),
                 self._order_update(
                     r,
                     "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",

@@ -134,6 +134,7 @@ def refund_tools(
                 attempt=1,
                 provider=provider,
                 conversation_id=ctx.conversation_id,
+                tool_use_id=ctx.tool_use_id,
             )
             writer.direct(request, threshold_cents, row)
             return settle(row, ctx)
