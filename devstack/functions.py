@@ -17,7 +17,12 @@ LAYER_DIR = REPO_ROOT / "layers" / "common"
 
 
 class FunctionError(Exception):
-    """The handler raised: on AWS the caller sees a 500 (API) or a retried message (SQS)."""
+    """The handler raised: on AWS the caller sees a 500 (API), a retried message (SQS), or a task error
+    named ``error_type`` (Step Functions: the exception's class name, which Retry/Catch match on)."""
+
+    def __init__(self, message: str, error_type: str = "Exception") -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
 
 class _Worker:
@@ -41,10 +46,10 @@ class _Worker:
         self._stdin.flush()
         line = self._stdout.readline()
         if not line:
-            raise FunctionError("the function process died")
+            raise FunctionError("the function process died", "Runtime.ExitError")  # Lambda's name for it
         out = json.loads(line)
         if "error" in out:
-            raise FunctionError(out["error"])
+            raise FunctionError(out["error"], str(out.get("errorType") or "Exception"))
         return out["result"]
 
     def close(self) -> None:

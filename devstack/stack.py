@@ -412,13 +412,19 @@ def _recreate_state_machines(
     """Create each state machine again from its ASL file, executable and under the same ARN."""
     sfn = session.client("stepfunctions", endpoint_url=endpoint_url)
     iam = session.client("iam", endpoint_url=endpoint_url)
+    lam = session.client("lambda", endpoint_url=endpoint_url)
+    arns = {
+        logical_id: lam.get_function(FunctionName=physical_ids[logical_id])["Configuration"]["FunctionArn"]
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::Lambda::Function"
+    }
     for logical_id, resource in template["Resources"].items():
         if resource["Type"] != "AWS::StepFunctions::StateMachine":
             continue
         props = resource["Properties"]
         definition = (base_dir / sam_template["Resources"][logical_id]["Properties"]["DefinitionUri"]).read_text()
         for key, value in props.get("DefinitionSubstitutions", {}).items():
-            definition = definition.replace("${" + key + "}", _resolve(value, physical_ids))
+            definition = definition.replace("${" + key + "}", _resolve(value, physical_ids, arns))
         role = props["RoleArn"]
         if isinstance(role, dict):  # {"Fn::GetAtt": [<role>, "Arn"]}, the role SAM made for it
             role = iam.get_role(RoleName=physical_ids[role["Fn::GetAtt"][0]])["Role"]["Arn"]
@@ -435,12 +441,17 @@ def _recreate_state_machines(
             raise RuntimeError(f"{logical_id}: created {created['stateMachineArn']}, the stack has {arn}")
 
 
-def _resolve(value: Any, physical_ids: Mapping[str, str]) -> str:
-    """A DefinitionSubstitutions value: a string, or a Ref to a deployed resource."""
+def _resolve(value: Any, physical_ids: Mapping[str, str], arns: Mapping[str, str] | None = None) -> str:
+    """A DefinitionSubstitutions value: a string, a Ref to a deployed resource, or a function's
+    ``Fn::GetAtt <id>.Arn`` (``arns``: logical id -> the deployed function's ARN)."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in physical_ids:
         return physical_ids[value["Ref"]]
+    if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+        target, attribute = value["Fn::GetAtt"]
+        if attribute == "Arn" and target in (arns or {}):
+            return (arns or {})[target]
     raise ValueError(f"devstack cannot resolve the substitution {value!r}")
 
 

@@ -3,6 +3,10 @@ events from stdin, one JSON line in, one JSON line out.
 
 Each function gets its own processes, as on Lambda: module state, settings and clients never leak
 between functions. Anything the handler prints goes to stderr, so stdout stays the protocol.
+
+An answer is ``{"result": …}`` or, when the handler raised, ``{"error": "<type>: <message>",
+"errorType": "<type>"}``: the exception's class name is what Lambda reports as ``errorType``, and what
+a state machine's Retry/Catch match on (devstack/lambda_bridge.py).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 
-def _context(name: str, timeout_s: float) -> Any:
+def lambda_context(name: str, timeout_s: float) -> Any:
+    """What Lambda passes a handler, with ``get_remaining_time_in_millis`` counting down from now."""
     deadline = time.monotonic() + timeout_s
     return SimpleNamespace(
         function_name=name,
@@ -43,10 +48,10 @@ def main() -> None:
     for line in sys.stdin:
         event = json.loads(line)
         try:
-            out = {"result": handler(event, _context(name, timeout_s))}
+            out = {"result": handler(event, lambda_context(name, timeout_s))}
         except Exception as exc:  # an unhandled error is what Lambda reports as a function error
             traceback.print_exc()
-            out = {"error": f"{type(exc).__name__}: {exc}"}
+            out = {"error": f"{type(exc).__name__}: {exc}", "errorType": type(exc).__name__}
         protocol.write(json.dumps(out, default=str) + "\n")
         protocol.flush()
 

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
+from devstack.functions import function_timeout
+from devstack.lambda_bridge import Target, bridged, in_process, invoked_by_state_machines
 from devstack.seed import seed
 from devstack.stack import Stack, deploy
 from devstack.tokens import mint_token
@@ -124,10 +126,29 @@ def _params(template: str, path: str) -> dict[str, str]:
     return {x[1:-1]: y for x, y in zip(template.split("/"), path.split("/"), strict=True) if x.startswith("{")}
 
 
+def state_machine_targets(stack: Stack) -> dict[str, Target]:
+    """The functions a state machine invokes (PaymentsFunction), each run in-process by its handler.
+
+    The handler reads this process's environment: devstack.lambda_bridge.in_process refuses to run it
+    when a setting it is deployed with differs here (the template gives every function the same table
+    and payment settings, so the chat or lead function's environment serves).
+    """
+    return {
+        stack.physical_ids[logical_id]: in_process(
+            load_handler(stack, logical_id),
+            logical_id,
+            function_timeout(stack, logical_id),
+            stack.function_env(logical_id),
+        )
+        for logical_id in invoked_by_state_machines(stack.sam_template)
+    }
+
+
 @contextmanager
 def deployed_stack(parameters: dict[str, str]) -> Iterator[Stack]:
-    """template.yaml deployed into moto (Step Functions executing) with the demo data, the chat function's
-    environment in os.environ; the environment is restored afterwards."""
+    """template.yaml deployed into moto (Step Functions executing, its Lambda tasks bridged to the handlers
+    in-process) with the demo data, the chat function's environment in os.environ; the environment is
+    restored afterwards."""
     saved = dict(os.environ)
     os.environ.update(BASE_ENV)
     try:
@@ -138,7 +159,8 @@ def deployed_stack(parameters: dict[str, str]) -> Iterator[Stack]:
             import boto3
 
             seed(boto3.client("dynamodb"), env["CUSTOMER_DATA_TABLE"])
-            yield deployed
+            with bridged(state_machine_targets(deployed)):
+                yield deployed
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ class Env:
         return self.approval(approval_id)
 
     def break_reservation(self, approval_id: str) -> None:
-        """The order changed underneath: RefundFlow's transaction is cancelled until it is put back."""
+        """The order changed underneath: RefundFlow's refund step fails the approval (asking the provider nothing)."""
         self.set_reserved(approval_id, 0)
 
     def set_reserved(self, approval_id: str, reserved: int) -> None:
@@ -324,9 +325,18 @@ def test_a_retry_whose_flow_never_started_is_started_under_its_retry_name(env: E
     assert env.order(approval_id)["refunded_cents"] == 18_900
 
 
-def test_the_sweep_never_starts_a_second_execution_of_a_running_flow(env: Env) -> None:
+def test_the_sweep_never_starts_a_second_execution_of_a_running_flow(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from support_agent.payments.flow import RefundStep
+
     approval_id = env.approved_approval(NOW - timedelta(minutes=10))
-    env.break_reservation(approval_id)  # the flow waits and retries for ~3 s before it fails
+    env.break_reservation(approval_id)
+    held, step = threading.Event(), RefundStep.run
+
+    def run_when_released(self: RefundStep, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        held.wait(20)  # the refund step is busy (a slow provider) while the sweep runs
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(RefundStep, "run", run_when_released)
     assert start_flow(env.sfn, get_settings().refund_flow_arn, approval_id)
     assert [e["status"] for e in env.executions(approval_id)] == ["RUNNING"]
 
@@ -334,6 +344,7 @@ def test_the_sweep_never_starts_a_second_execution_of_a_running_flow(env: Env) -
 
     assert (result.flows_started, result.errors) == (0, 0)
     assert [e["status"] for e in env.executions(approval_id)] == ["RUNNING"]
+    held.set()
     assert env.settled(approval_id)["status"] == "FAILED"
     assert len(env.executions(approval_id)) == 1
 

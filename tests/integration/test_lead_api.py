@@ -100,7 +100,7 @@ def test_approve_completes_refund_exactly_once(api: Api) -> None:
     assert view["refunds"][0]["status"] == "REFUNDED"
     _, trail, _ = api.call("GET", f"/api/audit?conversationId={cid}", token=api.lead())
     actions = [r["action"] for r in trail["records"]]
-    assert {"tool_call", "refund_requested", "approval_approved", "refund_completed"} <= set(actions)
+    assert {"tool_call", "refund_requested", "approval_approved", "refund_started", "payment_refund"} <= set(actions)
     assert [r["eventId"] for r in trail["records"]] == sorted(r["eventId"] for r in trail["records"])
 
 

@@ -20,6 +20,8 @@ cannot write orders). This is layer (b), at runtime, against the template deploy
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -55,10 +57,13 @@ SERVICE_PREFIX = {
 
 
 class Recorder:
-    """(action, logical target) of every AWS call made through boto3's default session while on."""
+    """(action, logical target) of every AWS call made through boto3's default session while on, by the
+    thread running as the function: a RefundFlow execution the function started runs PaymentsFunction
+    on moto's own thread (devstack.lambda_bridge), and its calls are PaymentsFunction's, not this one's."""
 
     def __init__(self, stack: Stack) -> None:
         self.on = False
+        self.thread = 0
         self.pairs: set[Pair] = set()
         self._types = {k: r["Type"] for k, r in stack.template["Resources"].items()}
         self._names = {v: k for k, v in stack.physical_ids.items()}
@@ -73,7 +78,7 @@ class Recorder:
         return f"ref:{logical}" if by_ref else logical
 
     def __call__(self, event_name: str, params: dict[str, Any], **_: Any) -> None:
-        if not self.on:
+        if not self.on or threading.get_ident() != self.thread:
             return
         _, service, operation = event_name.split(".", 2)
         prefix = SERVICE_PREFIX.get(service, service)
@@ -138,7 +143,7 @@ def as_function(
     boto3.DEFAULT_SESSION = None
     events = boto3._get_default_session().events
     events.register("provide-client-params.*.*", rec, unique_id="rel-recorder")
-    rec.pairs, rec.on = set(), True
+    rec.pairs, rec.on, rec.thread = set(), True, threading.get_ident()
     try:
         with enable_iam_authentication():
             yield
@@ -167,8 +172,7 @@ def denied(call: Any) -> bool:
 NOT_EXERCISED = {
     # Only with the AnthropicApiKeySecretArn parameter (a direct key is used here).
     ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"): "secret configured",
-    # Only with PaymentProvider=stripe and the StripeApiKeySecretArn parameter; the refund paths do not call the
-    # payment port yet (docs/ARCHITECTURE.md, "Payments").
+    # Only with PaymentProvider=stripe and the StripeApiKeySecretArn parameter (this stack refunds with `none`).
     ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"): "stripe secret configured",
     # Only with LLM_PROVIDER=bedrock.
     ("bedrock:InvokeModel", "param:BedrockModelArns"): "bedrock provider",
@@ -356,6 +360,55 @@ def test_notifier_and_sweep_under_their_own_roles(
             refused = _backend_refusals(stack, function)
         assert all(refused.values()), (function, refused)
         check_pairs(stack, function, used)
+
+
+def test_payments_function_under_its_own_role(
+    api: Api, stack: Stack, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RefundFlow's refund step, invoked as Step Functions invokes it: an approved refund, a replay, and a
+    refund whose order lost its reservation (the ConditionCheck's path)."""
+    approved = _approval(stack, "APPROVED", datetime.now(UTC).isoformat(), decided_by="lead-1")
+    time.sleep(0.002)  # _approval numbers orders by the millisecond
+    lost = _approval(stack, "APPROVED", datetime.now(UTC).isoformat(), decided_by="lead-1")
+    assert _order_of(stack, approved) != _order_of(stack, lost)
+    boto3.client("dynamodb").update_item(
+        TableName=stack.physical_ids["CustomerDataTable"],
+        Key=to_item({"customer_id": 7, "sk": f"ORDER#{_order_of(stack, lost)}"}),
+        UpdateExpression="SET reserved_cents = :z, available_cents = :t",
+        ExpressionAttributeValues={":z": {"N": "0"}, ":t": {"N": "9000"}},
+    )
+    creds = credentials_for(stack, "PaymentsFunction")
+    with as_function(api, "PaymentsFunction", creds, recorder, monkeypatch):
+        handler = api.handlers["PaymentsFunction"]
+        assert handler({"approvalId": approved, "execution": approved}, None)["status"] == "REFUNDED"
+        assert handler({"approvalId": approved, "execution": f"{approved}-x"}, None)["replayed"] is True
+        assert handler({"approvalId": lost, "execution": lost}, None)["status"] == "FAILED"
+        ddb, orders = boto3.client("dynamodb"), stack.physical_ids["CustomerDataTable"]
+        forbidden = {
+            "DeleteItem": lambda: ddb.delete_item(TableName=orders, Key=to_item({"customer_id": 7, "sk": "ORDER#1"})),
+            "Query": lambda: ddb.query(
+                TableName=orders,
+                KeyConditionExpression="customer_id = :c",
+                ExpressionAttributeValues={":c": {"N": "7"}},
+            ),
+            "StartExecution": lambda: boto3.client("stepfunctions").start_execution(
+                stateMachineArn=stack.physical_ids["RefundFlow"], name="x", input="{}"
+            ),
+            "sqs:SendMessage": lambda: boto3.client("sqs").send_message(
+                QueueUrl=stack.physical_ids["ApprovalQueue"], MessageBody="{}"
+            ),
+        }
+        used = set(recorder.pairs)
+        refused = {name: denied(call) for name, call in forbidden.items()}
+    assert all(refused.values()), refused
+    check_pairs(stack, "PaymentsFunction", used)
+
+
+def _order_of(stack: Stack, approval_id: str) -> int:
+    item = boto3.client("dynamodb").get_item(
+        TableName=stack.physical_ids["ApprovalsTable"], Key=to_item({"approval_id": approval_id})
+    )["Item"]
+    return int(item["order_id"]["N"])
 
 
 def _backend_refusals(stack: Stack, function: str) -> dict[str, bool]:

@@ -1,13 +1,17 @@
-"""Property 3, the refund flow: kill the lead's approve between its steps, replay executions, race them.
+"""Property 3, the refund flow: kill the lead's approve between its steps, crash the refund step, replay
+executions, race them.
 
-On the template deployed into moto with RefundFlow executing from the repo's ASL. An approval is raised
-by the chat function's own tool (the amount reserved), then:
+On the template deployed into moto with RefundFlow executing from the repo's ASL; its task runs
+PaymentsFunction's handler in-process (devstack.lambda_bridge). An approval is raised by the chat
+function's own tool (the amount reserved), then:
 
 * the approve request dies before `StartExecution` (APPROVED, no flow running) or right after it (the flow
   runs, the lead never hears): approving again finishes the refund, once;
+* the refund step dies after the provider answered, before the outcome is recorded (the approval stays
+  SETTLING): a restarted execution asks again with the same attempt key and records it, once;
 * RefundFlow is replayed under other execution names, one after another and eight at once: one refund;
-* after each scenario: one refund row, the money invariant, the approval REFUNDED, one audit row for the
-  decision and one for the completion.
+* after each scenario: one refund row (attempt 1), the money invariant, the approval REFUNDED, one audit
+  row for the decision, one for the refund's start and one for the provider call that settled it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ _orders = itertools.count(61_000)
 
 class Killed(BaseException):
     """The approve request's process died at this point."""
+
+
+class StepCrashed(Exception):
+    """PaymentsFunction's invocation died here (Step Functions sees a task failure of this type)."""
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +130,14 @@ def verify(env: dict[str, str], world: World, approval_id: str, order_id: int) -
     check_money(world, CUSTOMER, [order_id])
     rows = [r for r in world.customer_rows(CUSTOMER, "REFUND#apr_") if r["approval_id"] == approval_id]
     assert len(rows) == 1, f"{len(rows)} refund rows for one approval"
+    assert (rows[0]["status"], rows[0]["attempt"]) == ("SUCCEEDED", 1), rows[0]
     order = world.order(CUSTOMER, order_id)
     assert order["refunded_cents"] == 9000 and order["reserved_cents"] == 0
     actions = [r["action"] for r in world.audit_rows(f"approval#{approval_id}")]
     assert actions.count("approval_approved") == 1, actions
-    assert sum(1 for a in actions if a.startswith("refund")) == 1, actions
+    assert actions.count("refund_started") == 1, actions
+    settled = [r for r in world.audit_rows(f"approval#{approval_id}") if r["action"] == "payment_refund"]
+    assert [r["outcome"] for r in settled][-1:] == ["SUCCEEDED"], settled
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -141,6 +152,38 @@ def test_approve_killed_around_start_execution_then_approved_again(env: dict[str
     assert decision.approval["status"] == "REFUNDED"
     verify(env, world, approval_id, order_id)
     count("3-refund-flow", approve_killed=1)
+
+
+def test_refund_step_killed_before_its_record_then_restarted(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from support_agent.store.ledger import RefundLedger
+
+    approval_id, order_id, world = raise_approval(env)
+    record, crashes = RefundLedger.record, []
+
+    def crash_once(self: RefundLedger, *args: Any, **kwargs: Any) -> Any:
+        if not crashes:
+            crashes.append(args[0].attempt_key)
+            raise StepCrashed("after the provider call, before the record")
+        return record(self, *args, **kwargs)
+
+    monkeypatch.setattr(RefundLedger, "record", crash_once)
+    lead(env).decisions.approve(approval_id, "lead-1")
+    assert settle(env, approval_id)["status"] == "SETTLING"  # the execution failed; nothing recorded
+    sfn = boto3.client("stepfunctions")
+    (first,) = [
+        e for e in sfn.list_executions(stateMachineArn=env["REFUND_FLOW_ARN"])["executions"] if e["name"] == approval_id
+    ]
+    assert sfn.describe_execution(executionArn=first["executionArn"])["error"] == "StepCrashed"
+    sfn.start_execution(
+        stateMachineArn=env["REFUND_FLOW_ARN"],
+        name=f"{approval_id}-restart",
+        input=json.dumps(flow_input(approval_id)),
+    )
+    verify(env, world, approval_id, order_id)
+    assert crashes == [f"{approval_id}#1"]
+    count("3-refund-flow", refund_step_crashed=1)
 
 
 def test_replayed_and_concurrent_executions_refund_once(env: dict[str, str]) -> None:

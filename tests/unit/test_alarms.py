@@ -19,7 +19,13 @@ from support_agent import observability as obs
 from support_agent.approvals.sweep import START_GRACE_SECONDS
 
 OPS = {"Ref": "OpsTopic"}
-FUNCTIONS = ("ChatFunction", "ApprovalsFunction", "ApprovalNotifierFunction", "ApprovalSweepFunction")
+FUNCTIONS = (
+    "ChatFunction",
+    "ApprovalsFunction",
+    "ApprovalNotifierFunction",
+    "ApprovalSweepFunction",
+    "PaymentsFunction",
+)
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
 EMITTED_BY = {

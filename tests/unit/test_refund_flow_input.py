@@ -58,11 +58,10 @@ def test_an_over_long_name_is_refused() -> None:
         execution_name(APPROVAL, 10**60)
 
 
-def test_flow_input_carries_fresh_audit_event_ids() -> None:
+def test_flow_input_is_unique_per_start() -> None:
+    """A repeated start must differ from the first, so Step Functions refuses it (ExecutionAlreadyExists)."""
     first, second = flow_input(APPROVAL), flow_input(APPROVAL)
-    assert set(first) == {"approvalId", "eventIds"}
-    assert first["approvalId"] == APPROVAL
-    ids = [*first["eventIds"].values(), *second["eventIds"].values()]
-    assert set(first["eventIds"]) == {"completed", "failed"}
-    assert all(re.fullmatch(ULID_RE, i) for i in ids)
-    assert len(set(ids)) == 4
+    assert set(first) == {"approvalId", "startId"}
+    assert first["approvalId"] == second["approvalId"] == APPROVAL
+    assert all(re.fullmatch(ULID_RE, i["startId"]) for i in (first, second))
+    assert first != second

@@ -9,6 +9,7 @@ allowed set here is changed too, in review.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import re
 import tomllib
@@ -298,6 +299,46 @@ def test_approval_sweep_runs_on_a_schedule(sam: dict[str, Any], cfn: dict[str, A
     assert permission["Principal"] == "events.amazonaws.com"
 
 
+def test_payments_function_is_refund_flows_task(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """PaymentsFunction: its own code, the layer (test_python_runtime_and_architecture), a timeout that
+    holds Stripe's retries, its log group kept like the others', and only RefundFlow invokes it."""
+    props = sam["Resources"]["PaymentsFunction"]["Properties"]
+    assert (props["CodeUri"], props["Handler"]) == ("functions/payments/", "app.handler")
+    assert (REPO_ROOT / props["CodeUri"] / "app.py").is_file()
+    fn = cfn["Resources"]["PaymentsFunction"]["Properties"]
+    # Every Stripe attempt of one call (connect + read timeouts, the backoff cap between them) fits in the
+    # deadline the handler gives itself, which ends MARGIN_MS before Lambda's timeout to record the outcome.
+    from support_agent.config import Settings
+
+    margin_ms = load_handler_module("functions/payments/app.py").MARGIN_MS
+    s = Settings()
+    one_call = (s.stripe_max_retries + 1) * (s.stripe_connect_timeout + s.stripe_read_timeout + 4)
+    assert fn["Timeout"] - margin_ms / 1000 >= one_call, (fn["Timeout"], margin_ms, one_call)
+    env = fn["Environment"]["Variables"]
+    assert env["POWERTOOLS_SERVICE_NAME"] == "payments"
+    assert "REFUND_FLOW_ARN" not in env  # it cannot start a flow (nor may it: test_role_grants_...)
+    group = cfn["Resources"]["PaymentsFunctionLogGroup"]["Properties"]
+    assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${PaymentsFunction}"}
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    invokers = {
+        k
+        for k, r in cfn["Resources"].items()
+        if "lambda:InvokeFunction" in json.dumps(r) and "PaymentsFunction" in json.dumps(r) and k != "PaymentsFunction"
+    }
+    assert invokers == {_role_id(cfn, "RefundFlow")}
+    assert not [
+        e for e in props.get("Events", {}).values() if e.get("Type") in ("HttpApi", "Api", "Schedule", "SQS")
+    ], "the refund step is reached only through RefundFlow"
+
+
+def load_handler_module(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location("payments_app_under_test", REPO_ROOT / path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_outputs(sam: dict[str, Any]) -> None:
     assert {
         "ApiUrl",
@@ -372,14 +413,24 @@ ALLOWED: dict[str, set[Pair]] = {
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
-    # The state machine's role: read the approval, then one transaction (authorised per item as
-    # PutItem/UpdateItem) over the refund row, the order, the approval and the audit row.
+    # The state machine's role: its one task invokes the refund step, nothing else (no DynamoDB).
     "RefundFlow": {
+        ("lambda:InvokeFunction", "PaymentsFunction"),
+    },
+    # RefundFlow's refund step: read the approval and the ledger row (and the order's payment intent),
+    # then transactions authorised per item: APPROVED -> SETTLING with the REQUESTED row, the audit row
+    # and the order's reservation checked; the outcome moving the row, the order and the approval. No
+    # Query, no DeleteItem, no StartExecution.
+    "PaymentsFunction": {
         ("dynamodb:GetItem", "ApprovalsTable"),
         ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("dynamodb:GetItem", "CustomerDataTable"),
         ("dynamodb:PutItem", "CustomerDataTable"),
         ("dynamodb:UpdateItem", "CustomerDataTable"),
+        ("dynamodb:ConditionCheckItem", "CustomerDataTable"),
         ("dynamodb:PutItem", "AuditTable"),
+        # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
+        ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
 }
 # What SAM attaches for logs and Tracing: Active; nothing else may be attached.
@@ -399,6 +450,10 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
     "ApprovalSweepFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "PaymentsFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
@@ -553,7 +608,7 @@ def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> 
     assert if_false == {"Ref": "AWS::NoValue"}
 
 
-@pytest.mark.parametrize("function_id", ["ChatFunction", "ApprovalsFunction"])
+@pytest.mark.parametrize("function_id", ["ChatFunction", "ApprovalsFunction", "PaymentsFunction"])
 def test_stripe_key_and_provider_reach_the_refunding_functions(
     sam: dict[str, Any], cfn: dict[str, Any], function_id: str
 ) -> None:
@@ -565,12 +620,14 @@ def test_stripe_key_and_provider_reach_the_refunding_functions(
         ["none", "stripe"],
     )
     assert params["StripeApiKeySecretArn"]["Default"] == ""
+    assert params["StripeApiBase"]["Default"] == "https://api.stripe.com"
     assert cfn["Conditions"]["HasStripeApiKeySecret"] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "StripeApiKeySecretArn"}, ""]}]
     }
     env = cfn["Resources"][function_id]["Properties"]["Environment"]["Variables"]
     assert env["PAYMENT_PROVIDER"] == {"Ref": "PaymentProvider"}
     assert env["STRIPE_API_KEY_SECRET_ARN"] == {"Ref": "StripeApiKeySecretArn"}
+    assert env["STRIPE_API_BASE"] == {"Ref": "StripeApiBase"}
     raw = [s for doc in _role_documents(cfn, _role_id(cfn, function_id)) for s in doc["Statement"]]
     (secret,) = [s for s in raw if "StripeApiKeySecretArn" in json.dumps(s)]
     condition, if_true, if_false = secret["Fn::If"]
@@ -580,7 +637,7 @@ def test_stripe_key_and_provider_reach_the_refunding_functions(
         {"Ref": "StripeApiKeySecretArn"},
     )
     others = {f for f in ALLOWED if ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn") in ALLOWED[f]}
-    assert others == {"ChatFunction", "ApprovalsFunction"}
+    assert others == {"ChatFunction", "ApprovalsFunction", "PaymentsFunction"}
 
 
 def test_bedrock_access_only_for_the_bedrock_provider_and_scoped(sam: dict[str, Any], cfn: dict[str, Any]) -> None:

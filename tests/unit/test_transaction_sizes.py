@@ -22,8 +22,8 @@ from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
 from support_agent.store.ledger import Outcome, RefundLedger
 from support_agent.store.refunds import RefundRequest, RefundWriter
-from tests.support.ledger import direct_row, ledger_item
 from tests.support.harness import Crash, Harness, make_harness
+from tests.support.ledger import direct_row, ledger_item
 from tests.support.recording import RecordingDynamo
 from tests.support.scripted import answer, tool_use, tools
 
@@ -34,7 +34,7 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
     "store/refunds.py": 1,  # direct, reserve: test_money_writes
-    "store/ledger.py": 2,  # begin_approved, record: test_ledger_writes
+    "store/ledger.py": 3,  # begin_approved, fail_unstarted, record: test_ledger_writes
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 1,  # chunks: test_erasure_chunks
@@ -111,7 +111,8 @@ def test_money_writes() -> None:
 
 
 def test_ledger_writes() -> None:
-    """The largest: an approved refund's outcome (row, audit, order, approval) and its start (approval, row, audit)."""
+    """The largest: an approved refund's outcome (row, audit, order, approval) and its start (approval, row, audit,
+    the order's reservation checked); a start refused for a lost reservation (approval, audit)."""
     approval = {"approval_id": "apr_1", "customer_id": 7, "order_id": 1042, "amount_cents": 9000, "currency": "USD"}
     db = RecordingDynamo(items={"Approvals": {**approval, "status": "APPROVED"}})
     ledger = RefundLedger(db, "CustomerData", "Approvals", "Audit")
@@ -121,7 +122,8 @@ def test_ledger_writes() -> None:
         ledger.record(row, outcome, "t", "refund-flow")
     direct = dataclasses.replace(row, kind="direct", approval_id="", conversation_id=CID)
     ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "customer-7")
-    assert [len(t) for t in db.transactions] == [3, 4, 3, 3]
+    ledger.fail_unstarted(approval, "t", "refund-flow", "reservation_missing")
+    assert [len(t) for t in db.transactions] == [4, 4, 3, 3, 2]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 

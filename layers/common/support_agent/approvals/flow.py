@@ -3,14 +3,14 @@
 Execution names are the approval id (``<id>-r<n>`` for the n-th retry), so a repeated start of the
 same attempt is refused or deduplicated by Step Functions itself. They are validated here because
 AWS rejects names over 80 characters or with ``:``, ``#``, whitespace or control characters (moto
-does not check). The audit event ids the flow writes are ULIDs made here, before the start, so
-audit keys stay time-ordered ULIDs whoever writes them; the flow puts them with
-``attribute_not_exists``.
+does not check). The flow's audit rows are written by its refund step (PaymentsFunction).
 
-Input: ``{"approvalId": "apr_<ULID>", "eventIds": {"completed": "<ULID>", "failed": "<ULID>"}}``.
-Output of a SUCCEEDED execution: ``{"approvalId", "status": "REFUNDED", "replayed": bool}``.
-A FAILED execution's error is ``RefundFailed`` (the approval is FAILED, with an audit row),
-``ApprovalNotApproved`` or ``ApprovalNotFound`` (nothing changed).
+Input: ``{"approvalId": "apr_<ULID>", "startId": "<ULID>"}``; ``startId`` is fresh per start and only
+makes each start's input unique (see `start_flow`).
+Output of a SUCCEEDED execution: ``{"approvalId", "status": "REFUNDED" | "SETTLING", "refundId",
+"replayed": bool}`` (SETTLING: the provider's answer stayed unknown; the payment sweep owns it).
+A FAILED execution's error is ``RefundFailed`` (the provider refused: the approval is FAILED, with
+an audit row), ``ApprovalNotApproved`` or ``ApprovalNotFound`` (nothing changed).
 
 :func:`start_flow` is the one way both the lead API and the sweep start an attempt, so "it already
 exists" means the same to both: the name was taken, by a running or a finished execution.
@@ -49,19 +49,20 @@ def execution_name(approval_id: str, retry: int = 0) -> str:
 
 
 def flow_input(approval_id: str) -> dict[str, Any]:
-    """The execution input, with fresh audit event ids for the completion and the failure rows."""
+    """The execution input: the approval, and a fresh start id."""
     _check_approval_id(approval_id)
-    return {"approvalId": approval_id, "eventIds": {"completed": ulid(), "failed": ulid()}}
+    return {"approvalId": approval_id, "startId": ulid()}
 
 
 def start_flow(sfn: Any, state_machine_arn: str, approval_id: str, retry: int = 0) -> bool:
     """Start attempt ``retry`` of the approval's RefundFlow: True if this call started it, False if it
     already existed (running or finished). Every other error is raised.
 
-    Each call carries fresh audit event ids, so a repeat never matches the first input and Step
-    Functions answers ExecutionAlreadyExists for it, whether the first is running or done. Even a
-    second execution could not refund twice (the flow's writes are conditional): the name only
-    saves the work.
+    Each call carries a fresh start id, so a repeat never matches the first input and Step Functions
+    answers ExecutionAlreadyExists for it, whether the first is running or done (a repeat with equal
+    input while the first runs would be accepted silently, and counted here as started). Even a
+    second execution could not refund twice (the refund step asks the provider with the ledger row's
+    attempt key): the name only saves the work.
     """
     try:
         sfn.start_execution(

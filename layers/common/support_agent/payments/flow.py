@@ -9,7 +9,8 @@ confirmed FAILED, start the next one. Nothing here ever makes a second refund fo
 approval        what a run does
 ==============  ====================================================================================
 APPROVED        APPROVED -> SETTLING with a REQUESTED ledger row (attempt 1, or n + 1 after FAILED),
-                then asks the provider
+                then asks the provider; if the order lost the reservation meanwhile, APPROVED ->
+                FAILED instead, and the provider is never asked
 SETTLING        asks the provider again for the row's current attempt (a replay, a Step Functions
                 retry, a crash after the first transaction)
 REFUNDED        nothing: ``replayed``
@@ -26,7 +27,7 @@ from typing import Any
 from support_agent.messages import Deadline
 from support_agent.payments.settle import RefundSettler
 from support_agent.store.approvals import ApprovalStore
-from support_agent.store.ledger import LedgerRace, approved_refund_sk
+from support_agent.store.ledger import LedgerRace, ReservationMissing, approved_refund_sk
 
 ACTOR = "refund-flow"
 RACE_ATTEMPTS = 3
@@ -62,6 +63,14 @@ class RefundStep:
             if status == "APPROVED":
                 try:
                     self.settler.ledger.begin_approved(approval, self.provider_name, self.now(), ACTOR)
+                except ReservationMissing:
+                    try:
+                        self.settler.ledger.fail_unstarted(
+                            approval, self.now(), ACTOR, "reservation_missing", request_id=execution
+                        )
+                    except LedgerRace:
+                        continue
+                    return self._answer(self.approvals.get(approval_id) or approval, replayed=False)
                 except LedgerRace:
                     continue  # a concurrent execution moved it first: read again
                 approval = self.approvals.get(approval_id) or approval

@@ -129,6 +129,10 @@ class LedgerRace(Exception):
     """The row, the order or the approval was not in the state the write needs; re-read and decide."""
 
 
+class ReservationMissing(LedgerRace):
+    """The order no longer holds the approved amount reserved (changed underneath): ask the provider nothing."""
+
+
 class RefundLedger:
     def __init__(self, client: DynamoDBClient, customer_table: str, approvals_table: str, audit_table: str) -> None:
         self._db = client
@@ -172,7 +176,9 @@ class RefundLedger:
         """APPROVED -> SETTLING with the refund's REQUESTED row, in one transaction, before the provider call.
 
         The row is new (attempt 1), or a FAILED one a lead retried (attempt ``n + 1``). `LedgerRace` when
-        the approval is no longer APPROVED or the row is neither absent nor FAILED.
+        the approval is no longer APPROVED or the row is neither absent nor FAILED; `ReservationMissing`
+        when the order no longer holds the amount reserved: a refund made then could never be recorded
+        (SUCCEEDED moves reserved -> refunded), so the provider is not asked (`fail_unstarted`).
         """
         approval_id = approval["approval_id"]
         customer_id = int(approval["customer_id"])
@@ -220,7 +226,12 @@ class RefundLedger:
             raise LedgerRace(f"refund {sk} is {current.status}")
         items = [
             self._approval_update(
-                approval_id, "APPROVED", "SETTLING", now, {"refund_provider": provider, "refund_status": "REQUESTED"}
+                approval_id,
+                "APPROVED",
+                "SETTLING",
+                now,
+                {"refund_provider": provider, "refund_status": "REQUESTED"},
+                remove="refund_id",  # a lead's retry: the failed attempt's id is not this one's
             ),
             ledger_item,
             AuditRecord(
@@ -234,10 +245,54 @@ class RefundLedger:
                 conversation_id=row.conversation_id or None,
                 approval_id=approval_id,
             ).put(self._audit),
+            {
+                "ConditionCheck": {
+                    "TableName": self._customers,
+                    "Key": order_key(customer_id, row.order_id),
+                    "ConditionExpression": "reserved_cents >= :a",
+                    "ExpressionAttributeValues": to_values({":a": row.amount_cents}),
+                }
+            },
         ]
-        with cancellation_as(lambda codes: LedgerRace("approval or refund row changed")):
+
+        def cancelled(codes: list[str]) -> Exception:
+            if codes[3:4] == [CONDITION_FAILED] and CONDITION_FAILED not in codes[:3]:
+                return ReservationMissing(f"order {row.order_id} no longer holds {row.amount_cents} reserved")
+            return LedgerRace("approval or refund row changed")
+
+        with cancellation_as(cancelled):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         return row
+
+    def fail_unstarted(self, approval: dict[str, Any], now: str, actor: str, code: str, request_id: str = "") -> None:
+        """APPROVED -> FAILED with its audit row, before any provider call of this attempt (nothing to look up).
+
+        The reservation stays as the order has it, for the lead to put right and retry, or release.
+        `LedgerRace` when the approval is no longer APPROVED.
+        """
+        approval_id = approval["approval_id"]
+        items = [
+            self._approval_update(approval_id, "APPROVED", "FAILED", now, {"failed_at": now, "failure_error": code}),
+            AuditRecord(
+                stream=f"approval#{approval_id}",
+                action="refund_failed",
+                actor=actor,
+                outcome="FAILED",
+                customer_id=int(approval["customer_id"]),
+                created_at=now,
+                output={
+                    "order_id": int(approval["order_id"]),
+                    "amount_cents": int(approval["amount_cents"]),
+                    "currency": str(approval["currency"]),
+                    "failure_code": code,
+                },
+                conversation_id=str(approval.get("conversation_id") or "") or None,
+                approval_id=approval_id,
+                request_id=request_id or None,
+            ).put(self._audit),
+        ]
+        with cancellation_as(lambda codes: LedgerRace(f"approval {approval_id} changed")):
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
 
     def record(self, row: LedgerRow, outcome: Outcome, now: str, actor: str, request_id: str = "") -> LedgerRow:
         """Write one provider call's outcome: the row, the order's money and the approval, with the audit row.
@@ -323,7 +378,7 @@ class RefundLedger:
         return str(from_item(out.get("Item") or {}).get("payment_intent") or "")
 
     def _approval_update(
-        self, approval_id: str, from_status: str, to_status: str, now: str, sets: dict[str, Any]
+        self, approval_id: str, from_status: str, to_status: str, now: str, sets: dict[str, Any], remove: str = ""
     ) -> dict[str, Any]:
         names = {"#st": "status"}
         values: dict[str, Any] = {":to": to_status, ":from": from_status, ":now": now}
@@ -336,7 +391,7 @@ class RefundLedger:
             "Update": {
                 "TableName": self._approvals,
                 "Key": to_item({"approval_id": approval_id}),
-                "UpdateExpression": "SET " + ", ".join(assignments),
+                "UpdateExpression": "SET " + ", ".join(assignments) + (f" REMOVE {remove}" if remove else ""),
                 "ConditionExpression": "#st = :from",
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": to_values(values),
