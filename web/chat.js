@@ -5,7 +5,10 @@
   var h = SA.h;
   var $ = SA.$;
 
+  // The customers' vocabulary (GET /api/conversations/{id} refunds[].status): PENDING_APPROVAL and
+  // REFUND_IN_PROGRESS still change, so the list is polled while one is shown; the rest are final.
   var FINAL_REFUND = { REFUNDED: 1, REJECTED: 1, EXPIRED: 1, RELEASED: 1, FAILED: 1 };
+  var REFUND_LABEL = { PENDING_APPROVAL: "awaiting approval", REFUND_IN_PROGRESS: "refund in progress" };
   var REFUND_POLL_MS = 5000;
 
   var state = {
@@ -396,7 +399,8 @@
           { class: "refund", "data-approval-id": r.approvalId || null, "data-order-id": r.orderId, "data-status": r.status },
           h("span", null, "Order " + r.orderId + " · " + SA.money(r.amountCents, r.currency)),
           " ",
-          h("span", { class: "refund-status status status-" + String(r.status || "").toLowerCase() }, r.status || "?"),
+          h("span", { class: "refund-status status status-" + String(r.status || "").toLowerCase(), title: r.status || null }, REFUND_LABEL[r.status] || r.status || "?"),
+          r.refundId ? h("code", { class: "muted refund-id", title: "Payment provider refund id" }, r.refundId) : null,
           r.approvalId ? h("code", { class: "muted refund-approval" }, r.approvalId) : h("span", { class: "muted refund-approval" }, "direct refund")
         )
       );

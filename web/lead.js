@@ -8,7 +8,9 @@
   var REFRESH_MS = 5000;
   var POLL_MS = 1000;
   var POLL_LIMIT_MS = 120000;
-  var RUNNING = { APPROVED: 1 };
+  // APPROVED: RefundFlow runs; SETTLING: the payment provider has the refund and has not confirmed it.
+  var RUNNING = { APPROVED: 1, SETTLING: 1 };
+  var RUNNING_TEXT = { APPROVED: "refund running…", SETTLING: "at the payment provider, not confirmed yet…" };
   var OUTCOMES_SHOWN = 6;
 
   var state = {
@@ -228,7 +230,7 @@
   }
 
   function approvalSignature(a) {
-    return JSON.stringify([a.status, a.decidedBy, a.decidedAt, a.reason, !!state.busy[a.approvalId], state.notes[a.approvalId] || null, !!state.pinned[a.approvalId]]);
+    return JSON.stringify([a.status, a.decidedBy, a.decidedAt, a.reason, a.refund || null, !!state.busy[a.approvalId], state.notes[a.approvalId] || null, !!state.pinned[a.approvalId]]);
   }
 
   function td(label, cls) {
@@ -332,13 +334,14 @@
         )
       );
     } else {
-      actions.appendChild(h("span", { class: "muted" }, RUNNING[a.status] ? "refund running…" : "—"));
+      actions.appendChild(h("span", { class: "muted" }, RUNNING_TEXT[a.status] || "—"));
     }
 
     var statusCell = td(
       "Status",
       "status-cell",
       statusBadge(a.status, "approval-status"),
+      refundId(a),
       a.decidedBy ? h("span", { class: "muted decided-by" }, " by " + a.decidedBy + (a.decidedAt ? ", " + SA.age(a.decidedAt) : "")) : null,
       note ? h("p", { class: "row-note" + (note.error ? " error-text" : ""), role: note.error ? "alert" : null }, note.text) : null
     );
@@ -352,6 +355,13 @@
     row.appendChild(statusCell);
     row.appendChild(td("Conversation", "approval-conversation", auditButton(a.conversationId)));
     row.appendChild(actions);
+  }
+
+  /** The payment provider's refund id (re_…) once it has one: what to look up in its dashboard. */
+  function refundId(a) {
+    var id = a.refund && a.refund.refundId;
+    if (!id) return null;
+    return h("code", { class: "refund-id", title: "Payment provider (" + a.refund.provider + ") refund id, " + a.refund.status }, id);
   }
 
   function setNote(id, text, error) {
@@ -381,7 +391,7 @@
     while (box.children.length > OUTCOMES_SHOWN) box.removeChild(box.lastChild);
   }
 
-  /** Runs one decision: POST, then (on 202 or APPROVED) polls until the flow finished. */
+  /** Runs one decision: POST, then (on 202, APPROVED or SETTLING) polls until the refund finished. */
   function decide(a, verb, body, pendingText) {
     var id = a.approvalId;
     if (state.busy[id]) return;
@@ -406,8 +416,9 @@
           delete state.busy[id];
           if (final) {
             pin(final);
-            var text = final.status === "REFUNDED" ? SA.money(final.amountCents, final.currency) + " refunded." : final.status === "FAILED" ? "the refund failed — retry or release it." : final.status === "REJECTED" ? "rejected; the reservation is released." : final.status === "RELEASED" ? "reservation released." : RUNNING[final.status] ? "still running; refresh later." : "";
-            setNote(id, RUNNING[final.status] ? "Still running after " + POLL_LIMIT_MS / 1000 + " s — refresh later." : null, false);
+            var refunded = SA.money(final.amountCents, final.currency) + " refunded" + (final.refund && final.refund.refundId ? " (" + final.refund.refundId + ")." : ".");
+            var text = final.status === "REFUNDED" ? refunded : final.status === "FAILED" ? "the refund failed — retry or release it." : final.status === "REJECTED" ? "rejected; the reservation is released." : final.status === "RELEASED" ? "reservation released." : final.status === "SETTLING" ? "the payment provider has the refund and has not confirmed it yet; refresh later." : RUNNING[final.status] ? "still running; refresh later." : "";
+            setNote(id, RUNNING[final.status] ? (final.status === "SETTLING" ? "Not confirmed by the payment provider after " : "Still running after ") + POLL_LIMIT_MS / 1000 + " s — refresh later." : null, false);
             announce(final, text);
           }
           renderApprovals();

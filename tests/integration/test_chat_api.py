@@ -68,7 +68,14 @@ def test_seed_scenario_and_reader_view(api: Api) -> None:
     assert roles == ["user", "assistant", "assistant", "assistant"]
     assert view["messages"][1]["toolCalls"][0]["result"]["status"] == "DELIVERED"  # fence removed
     assert view["refunds"] == [
-        {"approvalId": approval_id, "orderId": 1042, "amountCents": 18900, "currency": "USD", "status": "PENDING"}
+        {
+            "approvalId": approval_id,
+            "refundId": None,
+            "orderId": 1042,
+            "amountCents": 18900,
+            "currency": "USD",
+            "status": "PENDING_APPROVAL",
+        }
     ]
     rows = audit_rows(api, body["conversationId"])
     assert sum(1 for r in rows if r["action"]["S"] == "tool_call") == len(calls)

@@ -48,7 +48,7 @@ def test_quiet_leaves_tool_data_out_of_every_customer_body(api: Api) -> None:
     assert not [d for d in TOOL_DATA if d in text], text
     # The refund raised is the customer's own business, quiet or not.
     (refund,) = view["refunds"]
-    assert (refund["orderId"], refund["amountCents"], refund["status"]) == (1042, 18900, "PENDING")
+    assert (refund["orderId"], refund["amountCents"], refund["status"]) == (1042, 18900, "PENDING_APPROVAL")
     assert [(m["role"], m["text"]) for m in view["messages"] if m["text"]] == [
         ("user", "Refund order 1042"),
         ("assistant", "Your refund needs a teammate's approval."),

@@ -15,6 +15,7 @@ from support_agent.auth import require_customer
 from support_agent.errors import InvalidRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.messages import Deadline
+from support_agent.payments.vocabulary import customer_status
 from support_agent.wiring import ChatServices, chat_services
 
 router = APIGatewayHttpRouter()
@@ -136,22 +137,27 @@ def get_conversation(conversation_id: str) -> dict[str, Any]:
     if header is None or header.customer_id != customer_id:
         raise NotFound("conversation not found")
     messages = services.conversations.load(conversation_id)
-    refunds = []
-    for row in services.customer_data.refund_requests(customer_id, conversation_id):
-        status = row.get("status")
-        if row.get("approval_id"):
-            approval = services.approvals.get(row["approval_id"])
-            status = approval.get("status", status) if approval else status
-        refunds.append(
-            {
-                "approvalId": row.get("approval_id"),
-                "orderId": row.get("order_id"),
-                "amountCents": row.get("amount_cents"),
-                "currency": row.get("currency"),
-                "status": status,
-            }
-        )
+    refunds = [
+        _refund_summary(services, row) for row in services.customer_data.refund_requests(customer_id, conversation_id)
+    ]
     return conversation_view(header, messages, refunds, tools=services.settings.transparency == "verbose")
+
+
+def _refund_summary(services: ChatServices, row: dict[str, Any]) -> dict[str, Any]:
+    """One refund of the conversation in the customers' vocabulary: an approval request reads its approval (the
+    request row keeps only what was asked), a direct refund is its own ledger row."""
+    status, refund_id = row.get("status"), row.get("refund_id")
+    if row.get("approval_id"):
+        approval = services.approvals.get(row["approval_id"]) or {}
+        status, refund_id = approval.get("status", status), approval.get("refund_id")
+    return {
+        "approvalId": row.get("approval_id"),
+        "refundId": refund_id or None,
+        "orderId": row.get("order_id"),
+        "amountCents": row.get("amount_cents"),
+        "currency": row.get("currency"),
+        "status": customer_status(status),
+    }
 
 
 @router.get("/api/health", summary="Liveness", responses=responses(Health), tags=["public"])

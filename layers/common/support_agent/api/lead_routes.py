@@ -29,13 +29,10 @@ from support_agent.approvals.decisions import Decision
 from support_agent.auth import MAX_CUSTOMER_ID, require_role
 from support_agent.errors import InvalidRequest
 from support_agent.ids import CONVERSATION_ID
-from support_agent.store.approvals import STATUSES
+from support_agent.store.approvals import ApprovalStatus
 from support_agent.wiring import lead_services
 
 router = APIGatewayHttpRouter()
-
-ApprovalStatus = Literal["PENDING", "APPROVED", "REFUNDED", "FAILED", "REJECTED", "EXPIRED", "RELEASED"]
-assert set(ApprovalStatus.__args__) == set(STATUSES)  # type: ignore[attr-defined]
 
 
 class RejectRequest(BaseModel):
@@ -71,7 +68,14 @@ def _view(shape: type[BaseModel], item: Mapping[str, Any], **given: Any) -> dict
 
 
 def approval_view(a: Mapping[str, Any]) -> dict[str, Any]:
-    return _view(Approval, a)
+    return _view(Approval, a, refund=refund_view(a))
+
+
+def refund_view(a: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The provider's refund as the ledger last recorded it on the approval; null before RefundFlow began it."""
+    if not a.get("refund_provider"):
+        return None
+    return {"provider": a["refund_provider"], "refundId": a.get("refund_id") or None, "status": a.get("refund_status")}
 
 
 def handoff_view(h: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,8 +152,10 @@ def get_approval(approval_id: str) -> dict[str, Any]:
     "Approve a PENDING refund and run RefundFlow",
     description=(
         "200 when the refund finished (REFUNDED or FAILED) within APPROVAL_WAIT_SECONDS, 202 (APPROVED) while it "
-        "runs or when it could not be started (the sweep starts it). 409 when it is not PENDING, or was created "
-        "more than APPROVAL_TTL_HOURS ago (expired, even before the sweep marks it EXPIRED)."
+        "runs or when it could not be started (the sweep starts it), 202 (SETTLING) while the payment provider has "
+        "the refund and has not confirmed it. Approving again while APPROVED or SETTLING waits the same way and "
+        "starts nothing new. 409 when it is not PENDING, or was created more than APPROVAL_TTL_HOURS ago (expired, "
+        "even before the sweep marks it EXPIRED)."
     ),
 )
 def approve(approval_id: str) -> Response[dict[str, Any]]:
@@ -162,12 +168,15 @@ def reject(approval_id: str, body: RejectRequest | None = None) -> Response[dict
     return _answer(lead_services().decisions.reject(approval_id, lead, body.reason if body else None))
 
 
-@_decision("retry", "Run RefundFlow again for a FAILED approval")
+_NOT_WHILE_SETTLING = "409 when it is not FAILED, SETTLING included (the provider may still make that refund)."
+
+
+@_decision("retry", "Run RefundFlow again for a FAILED approval", description=_NOT_WHILE_SETTLING)
 def retry(approval_id: str) -> Response[dict[str, Any]]:
     return _answer(lead_services().decisions.retry(approval_id, _lead()))
 
 
-@_decision("release", "Give up on a FAILED approval (its reservation is released)")
+@_decision("release", "Give up on a FAILED approval (its reservation is released)", description=_NOT_WHILE_SETTLING)
 def release(approval_id: str) -> Response[dict[str, Any]]:
     return _answer(lead_services().decisions.release(approval_id, _lead()))
 

@@ -12,6 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from support_agent.api.contract import CONTRACT
+from support_agent.payments.vocabulary import CustomerRefundStatus
+from support_agent.store.approvals import ApprovalStatus
+from support_agent.store.ledger import LedgerStatus
 
 
 class _Shape(BaseModel):
@@ -130,11 +133,12 @@ class ConversationMessage(_Shape):
 
 
 class RefundSummary(_Shape):
-    approvalId: str | None
+    approvalId: str | None = Field(..., description="null for a direct refund (within the threshold)")
+    refundId: str | None = Field(..., description="The payment provider's refund id, once it has one")
     orderId: int | None
     amountCents: int | None
     currency: str | None
-    status: str | None
+    status: CustomerRefundStatus | None = Field(..., description="The customers' vocabulary, not the approval's")
 
 
 class ConversationView(_Shape):
@@ -153,6 +157,14 @@ class Health(_Shape):
 # ------------------------------------------------------------------ support lead
 
 
+class ApprovalRefund(_Shape):
+    """The refund RefundFlow asked the payment provider for: its ledger row's state."""
+
+    provider: str = Field(..., description="The payment provider: stripe, or none (ledger only)")
+    refundId: str | None = Field(..., description="The provider's refund id (re_…), once it answered")
+    status: LedgerStatus
+
+
 class Approval(_Shape):
     approvalId: str
     orderId: int | None
@@ -160,11 +172,12 @@ class Approval(_Shape):
     amountCents: int | None
     currency: str | None
     reason: str | None
-    status: Literal["PENDING", "APPROVED", "REFUNDED", "FAILED", "REJECTED", "EXPIRED", "RELEASED"] | None
+    status: ApprovalStatus | None
     conversationId: str | None
     createdAt: str | None
     decidedBy: str | None
     decidedAt: str | None
+    refund: ApprovalRefund | None = Field(..., description="null until RefundFlow starts the refund")
 
 
 class ApprovalList(_Shape):

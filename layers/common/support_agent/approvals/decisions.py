@@ -9,6 +9,11 @@ If ``StartExecution`` fails once the approval is APPROVED, the decision stands (
 with its audit row) and the answer is 202 with the APPROVED approval, as for a flow still running:
 the sweep starts the flow after its grace period, and an alarm watches APPROVED approvals that stay
 so. A 503 would tell the lead to decide again for a decision already made.
+
+SETTLING (the payment provider has the refund and has not confirmed it) belongs to RefundFlow and the
+payment sweep: a second approve only waits for it, as during APPROVED, and starts nothing; retry and
+release refuse it (409), since either could ask the provider for a second refund or free money that
+is about to leave.
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ from support_agent.store.approvals import ApprovalStore, ReservationMissing, Sta
 logger = logging.getLogger(__name__)
 
 FINAL = ("REFUNDED", "FAILED")
+SETTLING = "SETTLING"
+
+
+def _settling_refusal(verb: str) -> Conflict:
+    return Conflict(
+        f"approval is {SETTLING}: the payment provider has this refund and has not confirmed it yet, so it cannot "
+        f"be {verb}; wait until it is REFUNDED or FAILED"
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,9 @@ class ApprovalDecisions:
             if exc.status == "PENDING" and self.ttl is not None:  # still PENDING: the TTL condition refused it
                 hours = int(self.ttl.total_seconds() // 3600)
                 raise Conflict(f"approval expired: it was not decided within {hours} hours") from None
+            if exc.status == SETTLING:
+                # The refund is at the provider: starting anything could only duplicate it. Wait, as for APPROVED.
+                return self._await(approval_id)
             if exc.status != "APPROVED":
                 raise Conflict(f"{exc.message}; it cannot be approved") from None
             # Approved before (perhaps by a request that died before starting the flow): ensure it runs.
@@ -113,6 +129,8 @@ class ApprovalDecisions:
         try:
             approval = self.store.mark_retry(approval_id, lead, self.now())
         except StateConflict as exc:
+            if exc.status == SETTLING:
+                raise _settling_refusal("retried") from None
             raise Conflict(f"{exc.message}; only a FAILED refund can be retried") from None
         obs.emit(obs.REFUND_RETRIES)
         return self._start_and_await(approval_id, int(approval.get("retries", 1)))
@@ -130,6 +148,8 @@ class ApprovalDecisions:
         except StateConflict as exc:
             if exc.status == end.to_status:
                 return Decision(self.get(approval_id), True)
+            if exc.status == SETTLING:
+                raise _settling_refusal(end.verb) from None
             raise Conflict(f"{exc.message}; {end.refusal}") from None
         except ReservationMissing:
             # The order was changed outside the code: nothing moved; a person must reconcile it (OPERATIONS.md).
@@ -148,9 +168,17 @@ class _GiveBack:
     action: str
     metric: str
     refusal: str
+    verb: str  # "rejected", "released": what a SETTLING approval cannot be
 
 
-_REJECT = _GiveBack("PENDING", "REJECTED", "approval_rejected", obs.APPROVALS_REJECTED, "it cannot be rejected")
+_REJECT = _GiveBack(
+    "PENDING", "REJECTED", "approval_rejected", obs.APPROVALS_REJECTED, "it cannot be rejected", "rejected"
+)
 _RELEASE = _GiveBack(
-    "FAILED", "RELEASED", "approval_released", obs.APPROVALS_RELEASED, "only a FAILED refund can be released"
+    "FAILED",
+    "RELEASED",
+    "approval_released",
+    obs.APPROVALS_RELEASED,
+    "only a FAILED refund can be released",
+    "released",
 )

@@ -17,6 +17,11 @@ after the transition. The sweep starts the attempt (``<id>`` or ``<id>-r<n>``); 
 answers ExecutionAlreadyExists when it is running or has run, and nothing else happens. The
 oldest APPROVED approval's age is a metric with an alarm, for the flows no start can settle.
 
+SETTLING approvals are left alone, by both the restart and the age: the flow did start (it wrote the
+SETTLING transition with the ledger row) and the payment provider has the refund, so starting the
+flow again could only repeat a question whose answer is still unknown. They belong to the payment
+sweep and the provider's webhooks, which watch the ledger's unsettled rows, not this table.
+
 Each pass handles at most ``max_items`` approvals (the rest wait for the next run). An
 unexpected error on one approval does not stop the others; the run then raises at the end so
 the invocation counts as failed.

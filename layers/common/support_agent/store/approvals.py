@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from botocore.exceptions import ClientError
 
@@ -26,7 +26,11 @@ from support_agent.store.dynamo import (
     to_values,
 )
 
-STATUSES = ("PENDING", "APPROVED", "REFUNDED", "FAILED", "REJECTED", "EXPIRED", "RELEASED")
+# PENDING -> APPROVED -> SETTLING (the provider has the refund, unconfirmed) -> REFUNDED | FAILED;
+# PENDING -> REJECTED | EXPIRED; FAILED -> APPROVED (retry) | RELEASED. The one list: the routes' filter,
+# the response model and the OpenAPI document all take it from here.
+ApprovalStatus = Literal["PENDING", "APPROVED", "SETTLING", "REFUNDED", "FAILED", "REJECTED", "EXPIRED", "RELEASED"]
+STATUSES: tuple[str, ...] = get_args(ApprovalStatus)
 # Every approval carries entity=APPROVAL so one index lists them all, newest first.
 ENTITY = "APPROVAL"
 
