@@ -43,7 +43,8 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
-## make live: the opt-in test against the real Anthropic API (needs ANTHROPIC_API_KEY)
+## make live: the opt-in tests against real services: Anthropic (ANTHROPIC_API_KEY), Stripe test mode
+## (STRIPE_API_KEY=sk_test_…; a live-mode key is refused); each is skipped without its key
 live: $(STAMP)
 	$(VENV)/bin/pytest -q -m live tests/live
 

@@ -1,7 +1,8 @@
 """`make demo`: the seed scenario against the real local stack (simulated model unless a key is set).
 
 Prints each step the way a person would follow it: the chat turn with its tool calls, then the
-lead's approval and its outcome.
+lead's approval and its outcome, and the refund the payment provider made (the simulated Stripe's
+``re_…`` id unless STRIPE_API_BASE and STRIPE_API_KEY name a real one).
 """
 
 from __future__ import annotations
@@ -53,7 +54,24 @@ def run(local: LocalStack, out: Any = print) -> dict[str, Any]:
             approval = client.get(f"/api/approvals/{approval_id}", headers=auth).json()
             out(f"GET /api/approvals/{approval_id} -> {approval.get('status')}")
         result["approval"] = approval
+        refund = approval.get("refund") or {}
+        if refund.get("refundId"):
+            out(f"refund at {refund.get('provider')}: {refund['refundId']} ({refund.get('status')})")
+        if local.stripe is not None:
+            for made in local.stripe.stripe.refunds():
+                amount = f"{made['amount']} {made['currency']}"
+                out(f"simulated Stripe holds {made['id']}: {amount} on {made['payment_intent']} ({made['status']})")
     return result
+
+
+def succeeded(outcome: dict[str, Any], provider: str) -> bool:
+    """The demo ends REFUNDED, and with a provider refund id unless refunds are ledger-only."""
+    approval = outcome["approval"]
+    if approval is None:
+        return True
+    if approval.get("status") != "REFUNDED":
+        return False
+    return provider == "none" or bool((approval.get("refund") or {}).get("refundId"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
         if local.simulated:
             print("(model: SIMULATED — set ANTHROPIC_API_KEY to use Claude)\n")
         outcome = run(local)
-        ok = outcome["approval"] is None or outcome["approval"].get("status") == "REFUNDED"
+        ok = succeeded(outcome, local.stack.parameters.get("PaymentProvider", "none"))
+        if not ok:
+            print("\nthe demo did not end REFUNDED with the provider's refund id", flush=True)
     finally:
         local.stop()
     raise SystemExit(0 if ok else 1)

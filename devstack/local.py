@@ -3,8 +3,9 @@
 One process: a moto server (Step Functions executing for real), the stack deployed from
 template.yaml into it, the demo data, a simulated model unless ANTHROPIC_API_KEY is set, a simulated
 Stripe unless STRIPE_API_BASE and STRIPE_API_KEY are both set, worker processes per function with each
-function's deployed environment, the template's queue and schedule events, and an HTTP server mapping
-the template's routes to the handlers, with the web pages.
+function's deployed environment, the template's queue and schedule events, RefundFlow's Lambda task
+bridged into PaymentsFunction's workers (devstack/lambda_bridge.py: moto would need Docker), and an HTTP
+server mapping the template's routes to the handlers, with the web pages.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import boto3
 from devstack.events import EventSources
 from devstack.functions import FunctionPool, pools_for
 from devstack.gateway import Gateway
+from devstack.lambda_bridge import bridged, invoked_by_state_machines
 from devstack.parameters import dev_parameters, from_command_line
 from devstack.seed import DEMO_DATA, seed
 from devstack.simulated_stripe import TEST_KEY, SimulatedStripeServer
@@ -34,7 +36,7 @@ from devstack.tokens import mint_token
 STATE_DIR = REPO_ROOT / ".devstack"
 REGION = "us-east-1"
 STRIPE_REAL = "Stripe API at STRIPE_API_BASE (from the environment)"
-STRIPE_SIMULATED = "simulated Stripe on {url} (PAYMENT_PROVIDER as the template sets it: none by default)"
+STRIPE_SIMULATED = "simulated Stripe on {url} (PAYMENT_PROVIDER={provider})"
 MODEL_SIMULATED = "SIMULATED (no ANTHROPIC_API_KEY): answers are generated locally, not by Claude"
 
 
@@ -137,6 +139,11 @@ def start(
             "MOTO_PORT": moto_url.rsplit(":", 1)[1],
         }
         os.environ.update(aws_env)  # this process's boto3 and moto's Step Functions use them too
+        payments_env: dict[str, str] = {}
+        local.stripe = _payments(env, payments_env)  # before deploy: its URL is a template parameter
+        if local.stripe is not None:
+            local._stoppers.append(local.stripe.stop)
+        params = _with_stripe_base(params, payments_env["STRIPE_API_BASE"])
         session = boto3.Session(region_name=REGION)
         stack = deploy(params, session=session, endpoint_url=moto_url)
         seed(session.client("dynamodb", endpoint_url=moto_url), stack.physical_ids["CustomerDataTable"])
@@ -162,13 +169,17 @@ def start(
                 overrides["ANTHROPIC_BASE_URL"] = env["ANTHROPIC_BASE_URL"]
         if openai:
             overrides["LLM_PROVIDER"] = "openai"
-        local.stripe = _payments(env, overrides)
-        if local.stripe is not None:
-            local._stoppers.append(local.stripe.stop)
+        overrides.update(payments_env)
         pools = pools_for(stack, {**_plain_env(env), **aws_env}, overrides)
         local._stoppers.append(lambda: [p.close() for p in pools.values()])
         for pool in pools.values():  # cold starts now, not on the first request
             pool.warm()
+        # RefundFlow's Lambda task (PaymentsFunction): moto would run it in Docker; run it in its pool instead.
+        bridge = bridged(
+            {stack.physical_ids[fn]: pools[fn].invoke for fn in invoked_by_state_machines(stack.sam_template)}
+        )
+        bridge.__enter__()
+        local._stoppers.append(lambda: bridge.__exit__(None, None, None))
 
         events = EventSources(stack, pools, moto_url, schedule_seconds)
         events.start()
@@ -192,7 +203,8 @@ def start(
 def _payments(env: Mapping[str, str], overrides: dict[str, str]) -> SimulatedStripeServer | None:
     """Stripe for the functions: the one configured when both settings are set, else a simulated one started now.
 
-    Only the address and key are passed: PAYMENT_PROVIDER stays what the template says.
+    Only the address and key are set here; PAYMENT_PROVIDER is the template's, which make dev deploys as
+    ``stripe`` (devstack/parameters.py; ``PARAMS="PaymentProvider=none"`` turns it off).
     """
     if env.get("STRIPE_API_BASE") and env.get("STRIPE_API_KEY"):
         overrides.update(STRIPE_API_BASE=env["STRIPE_API_BASE"], STRIPE_API_KEY=env["STRIPE_API_KEY"])
@@ -200,6 +212,12 @@ def _payments(env: Mapping[str, str], overrides: dict[str, str]) -> SimulatedStr
     stripe = start_stripe(port=0)
     overrides.update(STRIPE_API_BASE=stripe.url, STRIPE_API_KEY=TEST_KEY)
     return stripe
+
+
+def _with_stripe_base(params: dict[str, str], url: str) -> dict[str, str]:
+    """The template's ``StripeApiBase`` set to the Stripe in use (unless PARAMS set it), so the deployed
+    functions' environment names it: the worker overrides and the sam local env file agree."""
+    return {"StripeApiBase": url, **params}
 
 
 def _plain_env(env: dict[str, str]) -> dict[str, str]:
@@ -231,7 +249,7 @@ def banner(local: LocalStack) -> str:
         f"  local AWS      {local.moto_url}   (moto; AWS_ENDPOINT_URL for the AWS CLI and sam local)",
         f"  sam local env  {local.env_file}",
         f"  model          {MODEL_SIMULATED if local.simulated else 'Anthropic Messages API'}",
-        f"  payments       {STRIPE_SIMULATED.format(url=local.stripe.url) if local.stripe else STRIPE_REAL}",
+        f"  payments       {_payments_line(local)}",
         "",
         "Demo tokens (Authorization: Bearer …):",
     ]
@@ -241,6 +259,13 @@ def banner(local: LocalStack) -> str:
         lines.append(f"  lead {lead['sub']}: {lead['token']}")
     lines += ["", "Ctrl-C stops everything."]
     return "\n".join(lines)
+
+
+def _payments_line(local: LocalStack) -> str:
+    provider = local.stack.parameters.get("PaymentProvider", "none")
+    if provider == "none":
+        return "ledger only (PaymentProvider=none): no provider is asked"
+    return STRIPE_SIMULATED.format(url=local.stripe.url, provider=provider) if local.stripe else STRIPE_REAL
 
 
 def main(argv: list[str] | None = None) -> None:

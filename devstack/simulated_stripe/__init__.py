@@ -25,7 +25,9 @@ on that route): a 429; a 500 not saved (Stripe's edge) or saved, before or after
 refund made, then the answer held past the client's read timeout or the connection dropped; a request
 held before it runs (its key in flight). New refunds are ``succeeded``, or ``pending`` with
 ``new_refund_status = "pending"`` until a test calls ``settle(refund_id, status)``. ``requests`` records
-every request (fields, headers, status, replayed, fault) for tests to compare.
+every request (fields, headers, status, replayed, fault) for tests to compare. ``reset()`` forgets the
+refunds, saved keys, queued faults and the request log, keeping the payment intents (the e2e tests' reset to
+the seed data calls it).
 
 Payment intents: ``pi_demo_<order id>`` for every demo order, for its total (``seed_demo``), plus
 ``add_payment_intent(id, amount)``. Run it alone with ``python -m devstack.simulated_stripe``.

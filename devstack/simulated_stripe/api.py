@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 from devstack.seed import DEMO_DATA, payment_intent_of
 from devstack.simulated_stripe.faults import Fault, FaultPlan, Injected
 from devstack.simulated_stripe.idempotency import Fingerprint, IdempotencyStore, Saved
-from devstack.simulated_stripe.ledger import Clock, Ledger, PaymentIntent
+from devstack.simulated_stripe.ledger import Clock, Ledger, PaymentIntent, RefundRequest
 from devstack.simulated_stripe.params import list_filter, matches, refund_request
 from devstack.simulated_stripe.wire import Reply, StripeError, api_error, api_key, decode_form
 
@@ -120,6 +120,14 @@ class SimulatedStripe:
             raise ValueError("new refunds are either succeeded or pending")
         self.ledger.new_refund_status = status
 
+    def refund_outside(self, payment_intent: str, amount: int, *, status: str = "succeeded") -> dict[str, Any]:
+        """A refund made outside our code (a person in Stripe's dashboard): it counts against the payment
+        intent like any other and carries no refund key. ``status="pending"`` lets a test fail it later
+        with ``settle``, which gives the amount back."""
+        if status not in ("succeeded", "pending"):
+            raise ValueError("a refund made outside is succeeded or pending")
+        return self.ledger.create(RefundRequest(payment_intent, None, amount, None, None), status)
+
     def settle(self, refund_id: str, status: str) -> dict[str, Any]:
         return self.ledger.settle(refund_id, status)
 
@@ -132,6 +140,18 @@ class SimulatedStripe:
     def requests(self) -> list[Recorded]:
         with self._lock:
             return list(self._requests)
+
+    def reset(self) -> None:
+        """Back to a fresh start, as ``make dev``'s reset to the seed data needs: no refunds, no saved
+        idempotency keys, no faults queued, an empty request log, new refunds ``succeeded``, the clock
+        unshifted. The payment intents stay (they are the seed), and refund ids keep counting, so an id
+        from before a reset never names a refund made after it."""
+        self.ledger.reset()
+        self.idempotency.reset()
+        self.faults.clear()
+        self.clock.reset()
+        with self._lock:
+            self._requests.clear()
 
     def hold(self, seconds: float) -> None:
         """Wait ``seconds`` (a held request or answer), or less if ``release`` is called."""

@@ -76,6 +76,12 @@ class IdempotencyStore:
             if saved is not None:
                 self._saved[(scope, key)] = saved
 
+    def reset(self) -> None:
+        """Every saved answer forgotten. A request still in flight keeps its key until it finishes (it then
+        saves its answer): a reset does not make a running request's key usable by a second one."""
+        with self._lock:
+            self._saved.clear()
+
     def in_flight(self, scope: str, key: str) -> bool:
         """Whether a request with the key is executing now (tests wait on it to race a second one)."""
         with self._lock:

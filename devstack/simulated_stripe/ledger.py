@@ -32,6 +32,10 @@ class Clock:
     def advance(self, seconds: float) -> None:
         self._offset += seconds
 
+    def reset(self) -> None:
+        """Real time again: what tests advanced is undone."""
+        self._offset = 0.0
+
 
 @dataclass
 class PaymentIntent:
@@ -71,6 +75,12 @@ class Ledger:
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
 
+    def reset(self) -> None:
+        """Every refund forgotten (so every payment intent is whole again) and new ones ``succeeded``."""
+        with self._lock:
+            self._refunds.clear()
+            self.new_refund_status = "succeeded"
+
     def add_payment_intent(self, intent_id: str, amount: int, currency: str = "usd") -> PaymentIntent:
         if not intent_id.startswith("pi_") or amount < 1:
             raise ValueError("a payment intent id starts with pi_ and its amount is at least 1")
@@ -92,8 +102,9 @@ class Ledger:
                 if r["payment_intent"] == intent_id and r["status"] not in NOT_COUNTED
             )
 
-    def create(self, request: RefundRequest) -> dict[str, Any]:
-        """Make the refund, or refuse as Stripe does (``resource_missing``, ``charge_already_refunded``, …)."""
+    def create(self, request: RefundRequest, status: str | None = None) -> dict[str, Any]:
+        """Make the refund (``status``: else ``new_refund_status``), or refuse as Stripe does
+        (``resource_missing``, ``charge_already_refunded``, …)."""
         with self._lock:
             intent = self._resolve(request)
             if request.currency is not None and request.currency != intent.currency:
@@ -132,7 +143,7 @@ class Ledger:
                 "reason": request.reason,
                 "receipt_number": None,
                 "source_transfer_reversal": None,
-                "status": self.new_refund_status,
+                "status": status or self.new_refund_status,
                 "transfer_reversal": None,
             }
             self._refunds[refund["id"]] = refund

@@ -85,10 +85,12 @@ _shared = _SharedStack()
 
 
 def reset_to_seed(local: LocalStack, timeout: float = 60.0) -> None:
-    """Back to the state of a fresh stack: waits for running refund flows, empties every table, seeds again.
+    """Back to the state of a fresh stack: waits for running refund flows, empties every table, seeds again,
+    and resets the simulated Stripe (no refunds, saved idempotency keys, faults or logged requests).
 
-    Each e2e module may then play the seed scenario (order 1042 is refundable once), and per-customer state such
-    as rate-limit counters does not carry over from one module to the next.
+    Each e2e module may then play the seed scenario (order 1042 is refundable once, at the table and at the
+    simulated Stripe alike), and per-customer state such as rate-limit counters does not carry over from one
+    module to the next.
     """
     import boto3
 
@@ -102,6 +104,8 @@ def reset_to_seed(local: LocalStack, timeout: float = 60.0) -> None:
                 raise TimeoutError(f"executions of {arn} still running after {timeout} s")
             time.sleep(0.2)
 
+    if local.stripe is not None:
+        local.stripe.stripe.reset()
     ddb = session.client("dynamodb", endpoint_url=local.moto_url)
     resources = local.stack.template.get("Resources", {})
     for logical_id, resource in resources.items():
@@ -146,6 +150,13 @@ def local_stack(_stack_owner: _SharedStack) -> LocalStack:
     within a module, tests share the data and run in file order.
     """
     return _stack_owner.get()
+
+
+@pytest.fixture
+def seeded_stack(local_stack: LocalStack) -> LocalStack:
+    """The running stack reset to the seed data before this test (for tests that each spend the same order)."""
+    reset_to_seed(local_stack)
+    return local_stack
 
 
 def _ci() -> bool:

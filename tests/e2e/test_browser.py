@@ -1,9 +1,9 @@
 """The pages in a real browser: the seed scenario, then everything else a lead does on the console.
 
 The seed scenario: chat as customer 7, see the trace, approve as lead-1, see REFUNDED. Then the lead console's
-other flows: reject a PENDING refund; a refund that FAILS for real (the order changed underneath it in moto, so
-RefundFlow's conditional transaction is cancelled), retried until REFUNDED; another FAILED one found under the
-"Failed" filter and released; a hand-off a customer asked for in the chat, closed; and the audit panel (a
+other flows: reject a PENDING refund; a refund that FAILS for real (part of the payment was refunded in Stripe's
+dashboard, so the simulated Stripe refuses the amount), retried until REFUNDED; another FAILED one found under
+the "Failed" filter and released; a hand-off a customer asked for in the chat, closed; and the audit panel (a
 conversation's trail and a customer's). After each action the test checks what the page shows and the state read
 back through the API (and the order's money in the table).
 
@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from devstack.local import REGION, LocalStack
+from devstack.simulated_stripe import SimulatedStripe
 
 MESSAGE = "Where is my order 1042? Also refund it."
 REPLY_TIMEOUT_MS = 45_000  # two model turns and the tool calls through the worker processes
@@ -76,7 +77,7 @@ def test_chat_then_lead_approves_refund(
         "aria-current", "true"
     )
     pending_refund = pg.locator('#refunds .refund[data-order-id="1042"]')
-    expect(pending_refund).to_have_attribute("data-status", "PENDING")
+    expect(pending_refund).to_have_attribute("data-status", "PENDING_APPROVAL")
     screenshot(pg, "02-chat-reply-and-trace")
     watch.settle(pg)  # navigate with no call in flight (an aborted call is a broken pipe in the server's log)
 
@@ -196,14 +197,11 @@ class Backend:
         available, reserved, refunded = (int(item[f"{k}_cents"]["N"]) for k in ("available", "reserved", "refunded"))
         return available, reserved, refunded
 
-    def set_money(self, customer_id: int, order_id: int, available: int, reserved: int) -> None:
-        """Changes the order underneath the approvals (as an out-of-band adjustment would)."""
-        self.ddb.update_item(
-            TableName=self.customer_table,
-            Key=self._order_key(customer_id, order_id),
-            UpdateExpression="SET available_cents = :a, reserved_cents = :r",
-            ExpressionAttributeValues={":a": {"N": str(available)}, ":r": {"N": str(reserved)}},
-        )
+    @property
+    def stripe(self) -> SimulatedStripe:
+        """The simulated Stripe the functions refund through (make dev's, as STRIPE_* are not set here)."""
+        assert self.local.stripe is not None
+        return self.local.stripe.stripe
 
 
 @pytest.fixture
@@ -276,7 +274,14 @@ def test_lead_rejects_a_pending_refund_and_reads_its_trail(
     assert (approval["status"], approval["decidedBy"]) == ("REJECTED", "lead-1"), approval
     assert backend.money(8, 2001) == (7400, 0, 0)  # the reservation went back to the order
     assert backend.refunds(8, conversation_id) == [
-        {"approvalId": approval_id, "orderId": 2001, "amountCents": 7400, "currency": "USD", "status": "REJECTED"}
+        {
+            "approvalId": approval_id,
+            "refundId": None,
+            "orderId": 2001,
+            "amountCents": 7400,
+            "currency": "USD",
+            "status": "REJECTED",
+        }
     ]
 
     # ---- the conversation's audit trail, opened from the row: the tool calls, the request, the rejection
@@ -309,9 +314,9 @@ def test_failed_refund_retried_until_refunded(
     pg, watch = page
     approval_id, conversation_id = backend.raise_approval(7, 1044)
     assert backend.money(7, 1044) == (0, 16000, 0)
-    # The order changes underneath the approval: 1.00 less is reserved than approved, so RefundFlow's
-    # conditional transaction is cancelled on every attempt and the approval ends FAILED.
-    backend.set_money(7, 1044, available=100, reserved=15900)
+    # Someone refunded 1.00 of the payment in Stripe's dashboard (still pending there): Stripe refuses the
+    # approval's 160.00 (amount_too_large) on every attempt, no refund of ours exists, the approval ends FAILED.
+    outside = backend.stripe.refund_outside("pi_demo_1044", 100, status="pending")
 
     open_lead_console(pg, local_stack)
     row = approval_row(pg, approval_id)
@@ -324,7 +329,7 @@ def test_failed_refund_retried_until_refunded(
     expect(row.locator("button.release")).to_be_enabled()
     screenshot(pg, "01-failed")
     assert backend.approval(approval_id)["status"] == "FAILED"
-    assert backend.money(7, 1044) == (100, 15900, 0)  # nothing moved
+    assert backend.money(7, 1044) == (0, 16000, 0)  # nothing moved: still reserved, for the lead to decide
     assert backend.refunds(7, conversation_id)[0]["status"] == "FAILED"
 
     # ---- retry while the order is still wrong: it fails again (execution <id>-r1)
@@ -334,10 +339,10 @@ def test_failed_refund_retried_until_refunded(
     expect(row.locator(".approval-status")).to_have_text("FAILED")
     expect(row.locator("button.retry")).to_be_enabled()
     assert backend.approval(approval_id)["status"] == "FAILED"
-    assert backend.money(7, 1044) == (100, 15900, 0)
+    assert backend.money(7, 1044) == (0, 16000, 0)
 
-    # ---- the order is put right; the second retry (<id>-r2) refunds
-    backend.set_money(7, 1044, available=0, reserved=16000)
+    # ---- the dashboard refund fails (its 1.00 is refundable again); the second retry (<id>-r2) refunds
+    backend.stripe.settle(outside["id"], "failed")
     row.locator("button.retry").click()
     expect(row.locator(".approval-status")).to_have_text("REFUNDED", timeout=LEAD_TIMEOUT_MS)
     expect(announced).to_have_count(3)
@@ -346,11 +351,17 @@ def test_failed_refund_retried_until_refunded(
     expect(row.locator("button.retry, button.release")).to_have_count(0)
     expect(pg.locator("#lead-error")).to_be_hidden()
     screenshot(pg, "02-refunded")
-    assert backend.approval(approval_id)["status"] == "REFUNDED"
+    approval = backend.approval(approval_id)
+    assert approval["status"] == "REFUNDED"
     assert backend.money(7, 1044) == (0, 0, 16000)
     assert backend.refunds(7, conversation_id)[0]["status"] == "REFUNDED"
+    # Stripe made one refund of ours, on the third attempt (each FAILED one started the next).
+    ours = [r for r in backend.stripe.refunds("pi_demo_1044") if r["metadata"].get("refund_key") == approval_id]
+    assert [(r["id"], r["amount"], r["metadata"]["attempt"]) for r in ours] == [
+        (approval["refund"]["refundId"], 16000, "3")
+    ]
 
-    # ---- the trail: approved once, failed twice, retried twice, completed once
+    # ---- the trail: approved once; three attempts at Stripe (failed, failed, succeeded), two of them retries
     row.locator("button.open-audit").click()
     expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
     records = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
@@ -359,18 +370,22 @@ def test_failed_refund_retried_until_refunded(
     flow = sorted((r["action"], r["actor"], r["outcome"]) for r in shown if r["action"] != "tool_call")
     assert flow == [
         ("approval_approved", "lead-1", "APPROVED"),
-        ("refund_completed", "refund-flow", "REFUNDED"),
-        ("refund_failed", "refund-flow", "FAILED"),
-        ("refund_failed", "refund-flow", "FAILED"),
+        ("payment_refund", "refund-flow", "FAILED"),
+        ("payment_refund", "refund-flow", "FAILED"),
+        ("payment_refund", "refund-flow", "SUCCEEDED"),
         ("refund_requested", "customer-7", "PENDING_APPROVAL"),
         ("refund_retried", "lead-1", "APPROVED"),
         ("refund_retried", "lead-1", "APPROVED"),
+        ("refund_started", "refund-flow", "SETTLING"),
+        ("refund_started", "refund-flow", "SETTLING"),
+        ("refund_started", "refund-flow", "SETTLING"),
     ], flow
-    failed = [r for r in records if r["action"] == "refund_failed"]
-    assert {r["requestId"] for r in failed} == {approval_id, f"{approval_id}-r1"}
-    assert all(r["output"]["attempts"] == 3 for r in failed), failed
-    (completed,) = [r for r in records if r["action"] == "refund_completed"]
-    assert completed["requestId"] == f"{approval_id}-r2"
+    calls = [r for r in records if r["action"] == "payment_refund"]
+    assert [(r["requestId"], r["output"]["attempt_key"], r["output"]["refund_id"]) for r in calls] == [
+        (approval_id, f"{approval_id}#1", None),
+        (f"{approval_id}-r1", f"{approval_id}#2", None),
+        (f"{approval_id}-r2", f"{approval_id}#3", approval["refund"]["refundId"]),
+    ], calls
     screenshot(pg, "03-conversation-trail")
     watch.settle(pg)
     assert watch.errors == [], watch.errors
@@ -383,7 +398,7 @@ def test_failed_refund_released(
 
     pg, watch = page
     approval_id, conversation_id = backend.raise_approval(8, 2001)
-    backend.set_money(8, 2001, available=100, reserved=7300)  # changed underneath: the refund fails
+    backend.stripe.refund_outside("pi_demo_2001", 100)  # refunded in Stripe's dashboard: Stripe refuses 74.00
 
     open_lead_console(pg, local_stack)
     row = approval_row(pg, approval_id)
@@ -402,8 +417,8 @@ def test_failed_refund_released(
     expect(row.locator(".decided-by")).to_contain_text("lead-1")
     expect(row.locator("button.retry")).to_be_enabled()
 
-    # The adjustment is undone (the reservation is whole again) and the lead gives up on this refund.
-    backend.set_money(8, 2001, available=0, reserved=7400)
+    # The lead gives up on this refund: its reservation goes back to the order.
+    assert backend.money(8, 2001) == (0, 7400, 0)
     row.locator("button.release").click()
     expect(row.locator(".approval-status")).to_have_text("RELEASED")
     expect(outcome(pg, approval_id)).to_have_attribute("data-status", "RELEASED")
@@ -430,8 +445,9 @@ def test_failed_refund_released(
     assert mine == [
         ("approval_approved", "lead-1", "APPROVED"),
         ("approval_released", "lead-1", "RELEASED"),
-        ("refund_failed", "refund-flow", "FAILED"),
+        ("payment_refund", "refund-flow", "FAILED"),
         ("refund_requested", "customer-8", "PENDING_APPROVAL"),
+        ("refund_started", "refund-flow", "SETTLING"),
     ], mine
     # A customer's trail mixes conversations (and here two approvals of order 2001 when the whole module runs):
     # every row names its conversation, and that opens the conversation's own trail.

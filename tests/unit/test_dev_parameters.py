@@ -62,6 +62,7 @@ def test_overrides_win_over_the_local_defaults() -> None:
         "JwtIssuer": "from-env",
         "JwtAudience": "support-agent",
         "Transparency": "verbose",
+        "PaymentProvider": "stripe",
     }
     params = dev_parameters(env, {"Transparency": "quiet", "JwtIssuer": "from-params", "TurnsPerMinute": "100"})
     assert (params["Transparency"], params["JwtIssuer"], params["TurnsPerMinute"]) == ("quiet", "from-params", "100")

@@ -18,6 +18,7 @@ import pytest
 import stripe
 
 from devstack.local import _payments
+from devstack.parameters import dev_parameters
 from devstack.seed import DEMO_DATA, demo_items
 from devstack.simulated_stripe import TEST_KEY, Fault, SimulatedStripeServer, start
 from support_agent.tools.orders import order_view
@@ -165,6 +166,21 @@ def test_a_failed_refund_gives_its_amount_back_and_no_amount_means_what_is_left(
     assert rest.amount == 2500 and rest.status == "succeeded"
     with pytest.raises(ValueError, match="not pending"):
         server.stripe.settle(rest.id, "failed")
+
+
+def test_a_refund_made_outside_counts_until_it_fails(server: SimulatedStripeServer) -> None:
+    client = sdk(server)
+    outside = server.stripe.refund_outside("pi_demo_1044", 100, status="pending")
+    assert (outside["status"], outside["metadata"]) == ("pending", {})
+    with pytest.raises(stripe.InvalidRequestError) as too_large:
+        refund(client, "k#1", amount=16000, pi="pi_demo_1044")
+    assert too_large.value.code == "amount_too_large"
+    assert [r.id for r in client.v1.refunds.list({"payment_intent": "pi_demo_1044"}).data] == [outside["id"]]
+    server.stripe.settle(outside["id"], "failed")
+    assert refund(client, "k#2", amount=16000, pi="pi_demo_1044").status == "succeeded"
+    assert server.stripe.refund_outside("pi_demo_1043", 2500)["status"] == "succeeded"
+    with pytest.raises(stripe.InvalidRequestError, match="already been refunded"):
+        refund(client, "k#3", amount=1, pi="pi_demo_1043")
 
 
 def test_settle_a_pending_refund(server: SimulatedStripeServer) -> None:
@@ -325,6 +341,25 @@ def test_faults_on_the_read_routes(server: SimulatedStripeServer) -> None:
         server.stripe.inject("POST /v1/charges", Fault.ERROR_AFTER)
 
 
+def test_reset_forgets_refunds_keys_faults_and_requests_but_keeps_the_payment_intents(
+    server: SimulatedStripeServer,
+) -> None:
+    client = sdk(server)
+    made = refund(client, "k#1", amount=18900)
+    server.stripe.new_refund_status = "pending"
+    server.stripe.inject(POST, Fault.ERROR_AFTER, times=2)
+    server.stripe.clock.advance(3600)
+    server.stripe.reset()
+    assert server.stripe.refunds() == [] and server.stripe.requests == [] and server.stripe.faults.pending() == 0
+    assert abs(server.stripe.clock.now() - time.time()) < 5
+    again = refund(client, "k#1", amount=18900)  # the key is new again, and the whole amount is refundable
+    assert again.status == "succeeded" and again.id != made.id
+    assert "Idempotent-Replayed" not in again.last_response.headers
+    assert [(r.status, r.replayed, r.fault) for r in server.stripe.requests] == [(200, False, None)]
+    intents = {f"pi_demo_{o}" for o in (1042, 1043, 1044, 1045, 2001, 2002)}
+    assert {i for i in intents if server.stripe.ledger.payment_intent(i)} == intents
+
+
 # -- the wire, without the SDK ---------------------------------------------------------------------------------------
 
 
@@ -353,7 +388,9 @@ def test_make_dev_starts_it_unless_stripe_is_configured() -> None:
     assert simulated is not None
     try:
         assert overrides == {"STRIPE_API_BASE": simulated.url, "STRIPE_API_KEY": TEST_KEY}
-        assert "PAYMENT_PROVIDER" not in overrides  # the template's default (none) stays
+        # PAYMENT_PROVIDER comes from the template parameter make dev deploys: stripe, unless PARAMS says none
+        assert dev_parameters({})["PaymentProvider"] == "stripe"
+        assert dev_parameters({}, {"PaymentProvider": "none"})["PaymentProvider"] == "none"
         client = stripe.StripeClient(TEST_KEY, base_addresses={"api": simulated.url}, max_network_retries=0)
         assert client.v1.refunds.create({"payment_intent": "pi_demo_1042", "amount": 18900}).status == "succeeded"
     finally:
