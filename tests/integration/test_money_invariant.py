@@ -1,8 +1,13 @@
-"""Property: whatever sequence of requests and decisions happens, per order
+"""Property: whatever sequence of requests, decisions and payment-provider outcomes happens, per order
 ``available + reserved + refunded = total``, none negative, one refund row per approval, and a
 refund above the threshold never completes without a lead's approval.
 
-Runs on the deployed template with RefundFlow executing in moto.
+Runs on the deployed template with RefundFlow executing in moto (its refund step bridged to
+PaymentsFunction's handler), ``PAYMENT_PROVIDER=stripe`` against the simulated Stripe in-process. Provider
+faults (a 500 or a timeout after the refund was made, a dropped answer, a 429, a connection refused) and
+refunds left ``pending`` are rules too; after every step the ledger is compared with the provider's
+refunds (tests/support/stripe.py `ledger_problems`: no refund key with two live refunds, every SUCCEEDED
+row has its succeeded refund of the same amount, ``refunded`` is what the provider refunded).
 """
 
 from __future__ import annotations
@@ -10,23 +15,33 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import boto3
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from devstack.simulated_stripe import TEST_KEY, Fault
 from devstack.stack import Stack
+from support_agent import wiring
 from support_agent.approvals.flow import execution_name, flow_input
 from support_agent.auth import Principal
 from support_agent.config import load_settings
 from support_agent.errors import ServiceError
 from support_agent.store.approvals import StateConflict
-from support_agent.store.dynamo import to_item
+from support_agent.store.dynamo import from_item, to_item
+from support_agent.store.ledger import UNSETTLED, LedgerRow
 from support_agent.tools.registry import ToolContext
-from support_agent.wiring import build_lead_services, build_registry
+from support_agent.wiring import build_lead_services, build_registry, build_settler
+from tests.integration.conftest import deployed_stack
+from tests.reliability.figures import count
+from tests.support.stripe import BASE, POST, InProcessStripe, duplicates, ledger_problems, provider_for
 
 
 def _now() -> str:
@@ -38,14 +53,34 @@ TOTAL = 12_000
 THRESHOLD = 5_000
 
 
-def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
+# Faults a step may meet; each resolves within the call's retries or the flow's (a 500 saved before the
+# refund, an unknown outcome until the payment sweep, is tests/reliability/test_payment_crashes.py's).
+FAULTS = [Fault.ERROR_AFTER, Fault.TIMEOUT_AFTER, Fault.DROP_AFTER, Fault.RATE_LIMIT, Fault.ERROR_UNSAVED, "connect"]
+
+
+@pytest.fixture(scope="module")
+def stripe_stack() -> Iterator[tuple[Stack, InProcessStripe]]:
+    """The template with PaymentProvider ``stripe``; every Stripe call (the chat's, PaymentsFunction's through
+    the bridge) goes to one simulated Stripe in this process."""
+    transport = InProcessStripe()
+    with deployed_stack({"PaymentProvider": "stripe", "StripeApiBase": BASE}) as stack:
+        os.environ.update(STRIPE_API_KEY=TEST_KEY, STRIPE_MAX_RETRIES="1")  # one quick retry, as Stripe's SDK
+        wiring.reset(payments_transport=transport)
+        yield stack, transport
+    wiring.reset()
+
+
+def make_machine(stack: Stack, transport: InProcessStripe) -> type[RuleBasedStateMachine]:
     env = {**stack.function_env("ChatFunction"), **stack.function_env("ApprovalsFunction")}
-    cfg = load_settings({**env, "APPROVAL_WAIT_SECONDS": "8"})
+    cfg = load_settings({**env, "APPROVAL_WAIT_SECONDS": "8", "STRIPE_API_KEY": TEST_KEY})
     ddb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
-    registry = build_registry(cfg, ddb, sqs)
+    payments = provider_for(transport)
+    registry = build_registry(cfg, ddb, sqs, payments)
+    settler = build_settler(cfg, ddb, payments)
     lead = build_lead_services(cfg, ddb)
     table = cfg.customer_data_table
     sfn = boto3.client("stepfunctions")
+    stripe = transport.stripe
 
     class Money(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -64,10 +99,12 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
                         "available_cents": TOTAL,
                         "reserved_cents": 0,
                         "refunded_cents": 0,
+                        "payment_intent": f"pi_prop_{self.order_id}",
                         "items": [],
                     }
                 ),
             )
+            stripe.add_payment_intent(f"pi_prop_{self.order_id}", TOTAL, "usd")
             self.approvals: list[str] = []
             self.approved_by_lead: set[str] = set()
             self.calls = itertools.count(1)
@@ -110,7 +147,7 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
             except ServiceError:
                 return
             self.approved_by_lead.add(aid)
-            assert decision.approval["status"] in ("APPROVED", "REFUNDED", "FAILED")
+            assert decision.approval["status"] in ("APPROVED", "SETTLING", "REFUNDED", "FAILED")
 
         @rule(data=st.data())
         def reject(self, data: st.DataObject) -> None:
@@ -146,6 +183,51 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
             with contextlib.suppress(ServiceError):
                 getattr(lead.decisions, action)(aid, "lead-1")
 
+        @rule(fault=st.sampled_from(FAULTS), times=st.integers(1, 2))
+        def provider_fault(self, fault: str, times: int) -> None:
+            """The next requests to create a refund meet a fault (the refund made or not, as the fault says)."""
+            if fault == "connect":
+                transport.refuse_connections(times)
+            else:
+                stripe.inject(POST, fault, times, hold_seconds=0.01)
+
+        @rule(pending=st.booleans())
+        def provider_pace(self, pending: bool) -> None:
+            """New refunds are ``pending`` (SETTLING until the provider settles them) or succeed at once."""
+            stripe.new_refund_status = "pending" if pending else "succeeded"
+
+        @rule(pick=st.integers(0, 7))
+        def provider_settles(self, pick: int) -> None:
+            """The provider finishes a pending refund (its webhook is the next issue: the ledger stays SETTLING)."""
+            waiting = [r["id"] for r in stripe.refunds(f"pi_prop_{self.order_id}") if r["status"] == "pending"]
+            if waiting:
+                stripe.settle(waiting[pick % len(waiting)], "succeeded")
+
+        @rule()
+        def ask_again(self) -> None:
+            """What the payment sweep does: ask again, with its attempt key, for each unsettled row."""
+            for item in self.rows():
+                if "refund_key" not in item:
+                    continue  # an approval's request row: its refund row is REFUND#<approval id>
+                row = LedgerRow.from_item(from_item(item))
+                if row.status in UNSETTLED:
+                    settler.settle(row, actor="system:property")
+
+        def rows(self) -> list[dict[str, Any]]:
+            return ddb.query(
+                TableName=table,
+                KeyConditionExpression="customer_id = :c AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":c": {"N": "7"}, ":p": {"S": "REFUND#"}},
+                ConsistentRead=True,
+            )["Items"]
+
+        @invariant()
+        def ledger_equals_provider(self) -> None:
+            rows = [from_item(item) for item in self.rows()]
+            order = {**self.order(), "order_id": self.order_id, "payment_intent": f"pi_prop_{self.order_id}"}
+            problems = ledger_problems(rows, [order], stripe)
+            assert not problems, problems
+
         @invariant()
         def money_adds_up(self) -> None:
             o = self.order()
@@ -161,22 +243,40 @@ def make_machine(stack: Stack) -> type[RuleBasedStateMachine]:
                 assert rows["Count"] <= 1
                 if rows["Count"]:
                     assert aid in self.approved_by_lead, "refund above the threshold completed without a lead"
-                    approved_refunds += int(rows["Items"][0]["amount_cents"]["N"])
+                    if rows["Items"][0]["status"]["S"] == "SUCCEEDED":
+                        approved_refunds += int(rows["Items"][0]["amount_cents"]["N"])
             direct = ddb.query(
                 TableName=table,
                 KeyConditionExpression="customer_id = :c AND begins_with(sk, :p)",
                 ExpressionAttributeValues={":c": {"N": "7"}, ":p": {"S": f"REFUND#conv_prop{self.order_id}#"}},
             )
-            direct_sum = sum(int(i["amount_cents"]["N"]) for i in direct["Items"] if i["kind"]["S"] == "direct")
-            assert direct_sum <= THRESHOLD
+            direct_rows = [from_item(i) for i in direct["Items"] if i["kind"]["S"] == "direct"]
+            assert sum(int(r["amount_cents"]) for r in direct_rows if r["status"] != "FAILED") <= THRESHOLD
+            direct_sum = sum(int(r["amount_cents"]) for r in direct_rows if r["status"] == "SUCCEEDED")
             assert o["refunded_cents"] == approved_refunds + direct_sum
 
     return Money
 
 
-def test_money_invariant_over_any_sequence(stack: Stack) -> None:
-    machine = make_machine(stack)
+def _run(stack: tuple[Stack, InProcessStripe], examples: int, steps: int) -> None:
+    machine = make_machine(*stack)
     machine.TestCase.settings = settings(
-        max_examples=12, stateful_step_count=8, deadline=None, suppress_health_check=list(HealthCheck)
+        max_examples=examples, stateful_step_count=steps, deadline=None, suppress_health_check=list(HealthCheck)
     )
     machine.TestCase().runTest()
+    transport = stack[1]
+    count(
+        "3-payments-property",
+        faults_injected=sum(1 for r in transport.stripe.requests if r.fault is not None) + transport.connect_errors,
+        refunds_made=len(transport.stripe.refunds()),
+        duplicates=len(duplicates(transport.stripe)),
+    )
+
+
+def test_money_invariant_over_any_sequence(stripe_stack: tuple[Stack, InProcessStripe]) -> None:
+    _run(stripe_stack, examples=20, steps=10)
+
+
+@pytest.mark.slow
+def test_money_invariant_over_any_sequence_long(stripe_stack: tuple[Stack, InProcessStripe]) -> None:
+    _run(stripe_stack, examples=int(os.environ.get("MONEY_PROPERTY_EXAMPLES", "200")), steps=12)

@@ -8,7 +8,9 @@ by the same rule (docs/PAYMENTS.md):
 * a refusal → look it up by refund key: found → by its status; not found after a definitive refusal
   → FAILED; not found after a replayed failure → SETTLING (proves nothing);
 * no answer (timeout, 5xx, 409 key in use, 429 after retries, unreachable) → SETTLING, ``unknown``:
-  the same attempt key is repeated later, never a new one.
+  the same attempt key is repeated later, never a new one;
+* an attempt begun more than 12 hours ago (a repair days later) is looked up before it is sent again:
+  Stripe forgets a key after 24 hours, and the same key would then make a second refund.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from support_agent.messages import Deadline
 from support_agent.payments.port import (
@@ -29,6 +32,9 @@ from support_agent.payments.port import (
 from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger
 
 logger = logging.getLogger(__name__)
+# Stripe keeps an idempotency key's first answer for 24 hours; an attempt older than half that is looked
+# up by its refund key before it is sent again.
+KEY_MEMORY = timedelta(hours=12)
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,16 @@ class RefundSettler:
         return Settled(recorded, outcome)
 
     def _ask(self, row: LedgerRow, deadline: Deadline | None) -> Outcome:
+        if self._key_may_be_forgotten(row):
+            # Stripe forgets an idempotency key after 24 hours: the same key again would make a second
+            # refund if the first request made one. Look it up first; send again only if none exists.
+            try:
+                found = self.provider.find(row.refund_key, row.payment_intent, deadline=deadline)
+            except PaymentError as exc:
+                logger.warning("refund look-up failed", extra={"attempt_key": row.attempt_key, "kind": exc.kind})
+                return Outcome("SETTLING", provider_status=exc.kind, unknown=True)
+            if found is not None:
+                return outcome_of(found)
         try:
             refund = self.provider.refund(
                 row.attempt_key, row.payment_intent, row.amount_cents, row.currency, row.metadata, deadline=deadline
@@ -71,6 +87,15 @@ class RefundSettler:
             return outcome_of(refund)
         # Made and already failed or canceled: no money moved; confirm no other live refund exists.
         return self._look_up(row, ProviderRefused(f"refund_{refund.status}", "refund " + refund.status), deadline)
+
+    def _key_may_be_forgotten(self, row: LedgerRow) -> bool:
+        """The row's attempt began long enough ago (half of Stripe's 24 h key memory) that a repeat of its
+        key may run anew. A row never stored (just written by the caller) has no start time: its first ask."""
+        started = row.extra.get("attempt_started_at")
+        if not started:
+            return False
+        age = datetime.fromisoformat(self.now()) - datetime.fromisoformat(str(started))
+        return age >= KEY_MEMORY
 
     def _look_up(self, row: LedgerRow, refused: ProviderRefused, deadline: Deadline | None) -> Outcome:
         try:
