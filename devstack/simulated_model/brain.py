@@ -127,6 +127,8 @@ def _refund_sentence(d: Done) -> str:
             f"The refund of {amount} on order {order} needs a teammate's approval{ref}; "
             "you'll be told the outcome once a support lead has decided."
         )
+    if status == "REFUND_IN_PROGRESS":
+        return f"The refund of {amount} on order {order} is with the payment provider and will complete shortly."
     return f"The refund request of {amount} on order {order} came back with status {status or 'unknown'}."
 
 

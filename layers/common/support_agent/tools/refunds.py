@@ -168,8 +168,9 @@ def refund_tools(
         Tool(
             "request_refund",
             "Request a refund on one of the signed-in customer's delivered or shipped orders, in cents, "
-            "never more than the order's refundable amount (see lookup_order). Small refunds complete at "
-            "once (status REFUNDED); larger ones wait for a support lead (status PENDING_APPROVAL with an "
+            "never more than the order's refundable amount (see lookup_order). Small refunds go to the "
+            "payment provider at once (status REFUNDED with a refund_id, or REFUND_IN_PROGRESS while the "
+            "provider completes it); larger ones wait for a support lead (status PENDING_APPROVAL with an "
             "approval_id). Only call it when the customer asked for a refund.",
             RequestRefundInput,
             request_refund,
