@@ -158,7 +158,10 @@ TABLES: dict[str, dict[str, Any]] = {
     },
     "CustomerDataTable": {
         "keys": [("customer_id", "N", "HASH"), ("sk", "S", "RANGE")],
-        "indexes": {},
+        "indexes": {  # sparse: refund ledger rows only (store/ledger.py)
+            "unsettled": [("unsettled", "S", "HASH"), ("attempt_started_at", "S", "RANGE")],
+            "ledger_by_created": [("ledger", "S", "HASH"), ("created_at", "S", "RANGE")],
+        },
     },
     "ApprovalsTable": {
         "keys": [("approval_id", "S", "HASH")],

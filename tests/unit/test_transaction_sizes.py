@@ -34,7 +34,7 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
     "store/refunds.py": 1,  # direct, reserve: test_money_writes
-    "store/ledger.py": 3,  # begin_approved, fail_unstarted, record: test_ledger_writes
+    "store/ledger.py": 5,  # begin_approved, fail_unstarted, record, fail_late, new_attempt: test_ledger_writes
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 1,  # chunks: test_erasure_chunks
@@ -123,7 +123,11 @@ def test_ledger_writes() -> None:
     direct = dataclasses.replace(row, kind="direct", approval_id="", conversation_id=CID)
     ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "customer-7")
     ledger.fail_unstarted(approval, "t", "refund-flow", "reservation_missing")
-    assert [len(t) for t in db.transactions] == [4, 4, 3, 3, 2]
+    succeeded = dataclasses.replace(row, status="SUCCEEDED", refund_id="re_1")
+    db.items["CustomerData"] = ledger_item(succeeded)
+    ledger.fail_late(succeeded, "re_1", "lost_or_stolen_card", "t", "webhook")
+    ledger.new_attempt(row, "t", "payment-sweep")
+    assert [len(t) for t in db.transactions] == [4, 4, 3, 3, 2, 4, 2]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 

@@ -54,6 +54,12 @@ class ProviderRefund(BaseModel):
     currency: str
     payment_intent: str = ""
     metadata: dict[str, str] = Field(default_factory=dict)
+    failure_reason: str = ""  # Stripe's, on a failed refund (``expired_or_canceled_card``, ``lost_or_stolen_card``...)
+
+    @field_validator("failure_reason", mode="before")
+    @classmethod
+    def _no_reason(cls, value: object) -> object:
+        return "" if value is None else value
 
     @field_validator("payment_intent", mode="before")
     @classmethod

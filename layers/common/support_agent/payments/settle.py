@@ -63,6 +63,29 @@ class RefundSettler:
         recorded = self.ledger.record(row, outcome, self.now(), actor, request_id)
         return Settled(recorded, outcome)
 
+    def apply(self, row: LedgerRow, refund: ProviderRefund, *, actor: str, request_id: str = "") -> LedgerRow:
+        """What the provider says of ``row``'s refund, learned without asking (a webhook, a sweep's read).
+
+        Never backwards: an unsettled row takes the refund's status (``failed``/``canceled`` -> FAILED);
+        a SUCCEEDED row moves only to FAILED, when this very refund failed late; anything else (a FAILED
+        row, an earlier attempt's refund, a ``pending`` after ``succeeded``) changes nothing.
+        """
+        if refund.refund_key != row.refund_key:
+            return row
+        if row.status in ("REQUESTED", "SETTLING"):
+            if refund.metadata.get("attempt", str(row.attempt)) != str(row.attempt):
+                return row  # an earlier attempt's refund: the reconciliation's business, not this row's
+            if refund.alive:
+                outcome = outcome_of(refund)
+            else:
+                outcome = Outcome("FAILED", refund.id, refund.status, refund.failure_reason or refund.status)
+            return self.ledger.record(row, outcome, self.now(), actor, request_id)
+        if row.status == "SUCCEEDED" and not refund.alive and refund.id == row.refund_id:
+            return self.ledger.fail_late(
+                row, refund.id, refund.failure_reason or refund.status, self.now(), actor, request_id
+            )
+        return row
+
     def _ask(self, row: LedgerRow, deadline: Deadline | None) -> Outcome:
         if self._key_may_be_forgotten(row):
             # Stripe forgets an idempotency key after 24 hours: the same key again would make a second

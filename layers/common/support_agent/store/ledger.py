@@ -41,6 +41,10 @@ from support_agent.store.dynamo import (
 LedgerStatus = Literal["REQUESTED", "SETTLING", "SUCCEEDED", "FAILED"]
 UNSETTLED: tuple[LedgerStatus, ...] = ("REQUESTED", "SETTLING")
 FINAL: tuple[LedgerStatus, ...] = ("SUCCEEDED", "FAILED")
+# Index keys (template.yaml, CustomerDataTable): `unsettled` holds only REQUESTED/SETTLING rows, by
+# attempt_started_at (the payment sweep); `ledger_by_created` every ledger row, by created_at (reconciliation).
+UNSETTLED_INDEX, UNSETTLED_INDEX_KEY = "unsettled", "UNSETTLED"
+LEDGER_INDEX, LEDGER_INDEX_KEY = "ledger_by_created", "LEDGER"
 Kind = Literal["direct", "approved"]
 
 
@@ -166,6 +170,8 @@ class RefundLedger:
             "conversation_id": row.conversation_id or None,
             "approval_id": row.approval_id or None,
             "tool_use_id": row.tool_use_id or None,
+            "unsettled": UNSETTLED_INDEX_KEY,  # in the sparse index until a final outcome removes it
+            "ledger": LEDGER_INDEX_KEY,
             "created_at": now,
             "updated_at": now,
             **(extra or {}),
@@ -207,7 +213,8 @@ class RefundLedger:
                     "TableName": self._customers,
                     "Key": to_item({"customer_id": customer_id, "sk": sk}),
                     "UpdateExpression": "SET #st = :requested, attempt = :n, attempt_started_at = :now, "
-                    "updated_at = :now, provider = :provider REMOVE refund_id, failure_code, provider_status",
+                    "updated_at = :now, provider = :provider, unsettled = :unsettled "
+                    "REMOVE refund_id, failure_code, provider_status",
                     "ConditionExpression": "#st = :failed AND attempt = :prev",
                     "ExpressionAttributeNames": {"#st": "status"},
                     "ExpressionAttributeValues": to_values(
@@ -218,6 +225,7 @@ class RefundLedger:
                             ":prev": current.attempt,
                             ":now": now,
                             ":provider": provider,
+                            ":unsettled": UNSETTLED_INDEX_KEY,
                         }
                     ),
                 }
@@ -322,14 +330,15 @@ class RefundLedger:
             if value:
                 sets.append(f"{name} = :{name}")
                 values[f":{name}"] = value
+        update = "SET " + ", ".join(sets)
         if outcome.status in FINAL:
-            sets.append("settled_at = :now")
+            update = "SET " + ", ".join([*sets, "settled_at = :now"]) + " REMOVE unsettled"
         items: list[dict[str, Any]] = [
             {
                 "Update": {
                     "TableName": self._customers,
                     "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
-                    "UpdateExpression": "SET " + ", ".join(sets),
+                    "UpdateExpression": update,
                     "ConditionExpression": "#st IN (:requested, :settling) AND attempt = :n",
                     "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": to_values(values),
@@ -367,6 +376,147 @@ class RefundLedger:
         current = self.get(row.customer_id, row.sk)
         assert current is not None
         return current
+
+    def fail_late(
+        self, row: LedgerRow, refund_id: str, code: str, now: str, actor: str, request_id: str = ""
+    ) -> LedgerRow:
+        """SUCCEEDED -> FAILED: the provider failed a refund it had made (Stripe's ``failed`` after ``succeeded``).
+
+        The money moves back: a direct refund's to available; an approved one's to reserved, its approval
+        REFUNDED -> FAILED for a lead to retry (attempt ``n + 1``) or release. Conditioned on the row still
+        SUCCEEDED with this refund id; otherwise the row as it is comes back and nothing changes.
+        """
+        sets = (
+            "SET #st = :failed, failure_code = :code, provider_status = :pstatus, failed_late_at = :now, "
+            "updated_at = :now"
+        )
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self._customers,
+                    "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
+                    "UpdateExpression": sets,
+                    "ConditionExpression": "#st = :succeeded AND refund_id = :rid",
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": to_values(
+                        {
+                            ":failed": "FAILED",
+                            ":succeeded": "SUCCEEDED",
+                            ":rid": refund_id,
+                            ":code": code or "failed",
+                            ":pstatus": "failed",
+                            ":now": now,
+                        }
+                    ),
+                }
+            },
+            self._call_audit(
+                row,
+                Outcome("FAILED", refund_id, "failed", code or "failed"),
+                now,
+                actor,
+                request_id,
+                "refund_failed_late",
+            ),
+            {
+                "Update": {
+                    "TableName": self._customers,
+                    "Key": order_key(row.customer_id, row.order_id),
+                    "UpdateExpression": "SET refunded_cents = refunded_cents - :a, "
+                    + (
+                        "reserved_cents = reserved_cents + :a"
+                        if row.kind == "approved"
+                        else "available_cents = available_cents + :a"
+                    ),
+                    "ConditionExpression": "refunded_cents >= :a",
+                    "ExpressionAttributeValues": to_values({":a": row.amount_cents}),
+                }
+            },
+        ]
+        if row.kind == "approved":
+            items.append(
+                self._approval_update(
+                    row.approval_id,
+                    "REFUNDED",
+                    "FAILED",
+                    now,
+                    {"refund_status": "FAILED", "failed_at": now, "failure_error": code or "failed"},
+                )
+            )
+
+        def cancelled(codes: list[str]) -> Exception | None:
+            if codes[:1] == [CONDITION_FAILED] or not codes:
+                return _Superseded()
+            return LedgerRace(f"refund {row.sk}: the order or approval changed ({codes})")
+
+        try:
+            with cancellation_as(cancelled):
+                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except _Superseded:
+            pass
+        current = self.get(row.customer_id, row.sk)
+        assert current is not None
+        return current
+
+    def new_attempt(self, row: LedgerRow, now: str, actor: str) -> LedgerRow:
+        """Attempt ``n`` -> ``n + 1`` of an unsettled row (the payment sweep, once `find` found nothing and
+        attempt ``n`` is older than PAYMENT_NEW_ATTEMPT_AFTER_SECONDS). Conditioned on the row still being
+        unsettled at attempt ``n``: `LedgerRace` otherwise."""
+        nxt = LedgerRow(**{**_fields(row), "status": "REQUESTED", "attempt": row.attempt + 1, "refund_id": ""})
+        items = [
+            {
+                "Update": {
+                    "TableName": self._customers,
+                    "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
+                    "UpdateExpression": "SET #st = :requested, attempt = :next, attempt_started_at = :now, "
+                    "updated_at = :now REMOVE refund_id, provider_status, failure_code",
+                    "ConditionExpression": "#st IN (:requested, :settling) AND attempt = :n",
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": to_values(
+                        {
+                            ":requested": "REQUESTED",
+                            ":settling": "SETTLING",
+                            ":n": row.attempt,
+                            ":next": nxt.attempt,
+                            ":now": now,
+                        }
+                    ),
+                }
+            },
+            self._call_audit(nxt, Outcome("REQUESTED"), now, actor, "", "refund_new_attempt"),
+        ]
+        with cancellation_as(lambda codes: LedgerRace(f"refund {row.sk} changed")):
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        current = self.get(row.customer_id, row.sk)
+        assert current is not None
+        return current
+
+    def unsettled(self, started_before: str, limit: int) -> list[LedgerRow]:
+        """Rows still REQUESTED or SETTLING whose attempt began before ``started_before``, oldest first."""
+        out = self._db.query(
+            TableName=self._customers,
+            IndexName=UNSETTLED_INDEX,
+            KeyConditionExpression="unsettled = :u AND attempt_started_at < :before",
+            ExpressionAttributeValues=to_values({":u": UNSETTLED_INDEX_KEY, ":before": started_before}),
+            Limit=limit,
+        )
+        return [LedgerRow.from_item(from_item(i)) for i in out.get("Items", [])]
+
+    def created_since(self, since: str) -> list[LedgerRow]:
+        """Every ledger row created at or after ``since`` (all pages), oldest first."""
+        rows: list[LedgerRow] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._customers,
+            "IndexName": LEDGER_INDEX,
+            "KeyConditionExpression": "ledger = :l AND created_at >= :since",
+            "ExpressionAttributeValues": to_values({":l": LEDGER_INDEX_KEY, ":since": since}),
+        }
+        while True:
+            out = self._db.query(**kwargs)
+            rows.extend(LedgerRow.from_item(from_item(i)) for i in out.get("Items", []))
+            if "LastEvaluatedKey" not in out:
+                return rows
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     # ------------------------------------------------------------------ parts
 
@@ -419,10 +569,12 @@ class RefundLedger:
     def _money(row: LedgerRow) -> dict[str, Any]:
         return {"order_id": row.order_id, "amount_cents": row.amount_cents, "currency": row.currency}
 
-    def _call_audit(self, row: LedgerRow, outcome: Outcome, now: str, actor: str, request_id: str) -> dict[str, Any]:
+    def _call_audit(
+        self, row: LedgerRow, outcome: Outcome, now: str, actor: str, request_id: str, action: str = "payment_refund"
+    ) -> dict[str, Any]:
         return AuditRecord(
             stream=f"approval#{row.approval_id}" if row.kind == "approved" else row.conversation_id,
-            action="payment_refund",
+            action=action,
             actor=actor,
             outcome=outcome.status,
             customer_id=row.customer_id,
@@ -441,6 +593,10 @@ class RefundLedger:
             request_id=request_id or None,
             tool_use_id=row.tool_use_id or None,
         ).put(self._audit)
+
+
+def _fields(row: LedgerRow) -> dict[str, Any]:
+    return {f: getattr(row, f) for f in row.__dataclass_fields__}
 
 
 class _Superseded(Exception):
