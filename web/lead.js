@@ -342,6 +342,7 @@
       "status-cell",
       statusBadge(a.status, "approval-status"),
       refundId(a),
+      providerNote(a),
       a.decidedBy ? h("span", { class: "muted decided-by" }, " by " + a.decidedBy + (a.decidedAt ? ", " + SA.age(a.decidedAt) : "")) : null,
       note ? h("p", { class: "row-note" + (note.error ? " error-text" : ""), role: note.error ? "alert" : null }, note.text) : null
     );
@@ -362,6 +363,14 @@
     var id = a.refund && a.refund.refundId;
     if (!id) return null;
     return h("code", { class: "refund-id", title: "Payment provider (" + a.refund.provider + ") refund id, " + a.refund.status }, id);
+  }
+
+  /** What the provider said when it did not (or no longer) make the refund: its reason, and whether it failed late. */
+  function providerNote(a) {
+    var r = a.refund;
+    if (!r || r.status !== "FAILED") return null;
+    var text = (r.failedLateAt ? "failed at the provider after it had succeeded" : "refused by the provider") + (r.failureReason ? ": " + r.failureReason : "");
+    return h("span", { class: "provider-note error-text" }, " " + text);
   }
 
   function setNote(id, text, error) {

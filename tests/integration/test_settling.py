@@ -122,7 +122,13 @@ def test_approving_again_while_settling_waits_then_answers_202_and_starts_nothin
 
     assert (status, body["status"]) == (202, "SETTLING"), body
     assert waited >= 0.4, "it answers after waiting for the refund, as during APPROVED"
-    assert body["refund"] == {"provider": "stripe", "refundId": None, "status": "REQUESTED"}
+    assert body["refund"] == {
+        "provider": "stripe",
+        "refundId": None,
+        "status": "REQUESTED",
+        "failureReason": None,
+        "failedLateAt": None,
+    }
     assert money.executions(approval_id) == []  # no RefundFlow execution was started
     assert (money.row(approval_id), money.trail(approval_id), money.order(approval_id)) == before
     assert before[0].attempt == 1 and before[1] == ["approval_approved", "refund_started"]
@@ -144,7 +150,13 @@ def test_approving_while_settling_answers_200_when_the_refund_settles_during_the
         answering.join(10)
 
     assert (status, body["status"]) == (200, "REFUNDED"), body
-    assert body["refund"] == {"provider": "stripe", "refundId": "re_settled_1", "status": "SUCCEEDED"}
+    assert body["refund"] == {
+        "provider": "stripe",
+        "refundId": "re_settled_1",
+        "status": "SUCCEEDED",
+        "failureReason": None,
+        "failedLateAt": None,
+    }
     assert money.executions(approval_id) == []
     assert money.order(approval_id) == (0, 0, 18_900)
 
@@ -209,7 +221,13 @@ def test_the_approval_view_carries_the_providers_refund(api: Api, money: Money) 
     assert view(pending)["refund"] is None  # RefundFlow has not started one
 
     approval_id = money.settling(provider="stripe")
-    assert view(approval_id)["refund"] == {"provider": "stripe", "refundId": None, "status": "REQUESTED"}
+    assert view(approval_id)["refund"] == {
+        "provider": "stripe",
+        "refundId": None,
+        "status": "REQUESTED",
+        "failureReason": None,
+        "failedLateAt": None,
+    }
 
     row = money.ledger.record(
         money.row(approval_id), Outcome("SETTLING", "re_pending_1", "pending"), money.now(), "refund-flow"
@@ -217,14 +235,26 @@ def test_the_approval_view_carries_the_providers_refund(api: Api, money: Money) 
     shown = view(approval_id)
     assert (shown["status"], shown["refund"]) == (
         "SETTLING",
-        {"provider": "stripe", "refundId": "re_pending_1", "status": "SETTLING"},
+        {
+            "provider": "stripe",
+            "refundId": "re_pending_1",
+            "status": "SETTLING",
+            "failureReason": None,
+            "failedLateAt": None,
+        },
     )
 
     money.ledger.record(row, Outcome("SUCCEEDED", "re_pending_1", "succeeded"), money.now(), "refund-flow")
     shown = view(approval_id)
     assert (shown["status"], shown["refund"]) == (
         "REFUNDED",
-        {"provider": "stripe", "refundId": "re_pending_1", "status": "SUCCEEDED"},
+        {
+            "provider": "stripe",
+            "refundId": "re_pending_1",
+            "status": "SUCCEEDED",
+            "failureReason": None,
+            "failedLateAt": None,
+        },
     )
     _, listing, _ = api.call("GET", "/api/approvals?status=REFUNDED", token=api.lead())
     (listed,) = [a for a in listing["approvals"] if a["approvalId"] == approval_id]
@@ -241,7 +271,13 @@ def test_a_refused_refund_shows_failed_with_no_refund_id(api: Api, money: Money)
     )
     code, body, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
     assert (code, body["status"]) == (200, "FAILED")
-    assert body["refund"] == {"provider": "stripe", "refundId": None, "status": "FAILED"}
+    assert body["refund"] == {
+        "provider": "stripe",
+        "refundId": None,
+        "status": "FAILED",
+        "failureReason": "charge_already_refunded",
+        "failedLateAt": None,
+    }
     assert money.order(approval_id) == (0, 18_900, 0)  # kept for the lead to retry or release
 
 

@@ -75,7 +75,14 @@ def refund_view(a: Mapping[str, Any]) -> dict[str, Any] | None:
     """The provider's refund as the ledger last recorded it on the approval; null before RefundFlow began it."""
     if not a.get("refund_provider"):
         return None
-    return {"provider": a["refund_provider"], "refundId": a.get("refund_id") or None, "status": a.get("refund_status")}
+    failed = a.get("refund_status") == "FAILED"
+    return {
+        "provider": a["refund_provider"],
+        "refundId": a.get("refund_id") or None,
+        "status": a.get("refund_status"),
+        "failureReason": (a.get("failure_error") or None) if failed else None,
+        "failedLateAt": a.get("refund_failed_late_at") or None,
+    }
 
 
 def handoff_view(h: Mapping[str, Any]) -> dict[str, Any]:

@@ -163,6 +163,12 @@ class ApprovalRefund(_Shape):
     provider: str = Field(..., description="The payment provider: stripe, or none (ledger only)")
     refundId: str | None = Field(..., description="The provider's refund id (re_…), once it answered")
     status: LedgerStatus
+    failureReason: str | None = Field(
+        None, description="Why the provider failed or refused it (its code, e.g. lost_or_stolen_card), when FAILED"
+    )
+    failedLateAt: str | None = Field(
+        None, description="When the provider failed a refund it had already made (failed after succeeded)"
+    )
 
 
 class Approval(_Shape):

@@ -440,7 +440,12 @@ class RefundLedger:
                     "REFUNDED",
                     "FAILED",
                     now,
-                    {"refund_status": "FAILED", "failed_at": now, "failure_error": code or "failed"},
+                    {
+                        "refund_status": "FAILED",
+                        "failed_at": now,
+                        "failure_error": code or "failed",
+                        "refund_failed_late_at": now,
+                    },
                 )
             )
 
