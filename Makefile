@@ -10,7 +10,7 @@ SAM_VENV        := .venv-sam
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP       := $(SAM_VENV)/.installed-sam-$(SAM_CLI_VERSION)
 
-.PHONY: dev demo test lint unit live tokens openapi sam build smoke bench clean
+.PHONY: dev demo reconcile test lint unit live tokens openapi sam build smoke bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -29,6 +29,12 @@ dev: $(STAMP)
 ## make demo: the seed scenario through the local stack, printed step by step (PARAMS as for make dev)
 demo: $(STAMP)
 	$(PY) -m devstack.demo $(PARAMS)
+
+## make reconcile: the refund ledger of the running `make dev` stack compared with its Stripe (simulated unless
+## STRIPE_API_BASE and STRIPE_API_KEY are set), one line per difference; DAYS=14 widens the window (default 7)
+DAYS ?=
+reconcile: $(STAMP)
+	$(PY) -m devstack.reconcile $(if $(DAYS),--days $(DAYS))
 
 ## make test: lint, types and the whole offline suite (unit + integration on template.yaml in moto)
 test: lint $(SAM_STAMP)

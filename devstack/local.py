@@ -28,7 +28,7 @@ from devstack.gateway import Gateway
 from devstack.lambda_bridge import bridged, invoked_by_state_machines
 from devstack.parameters import dev_parameters, from_command_line
 from devstack.seed import DEMO_DATA, seed
-from devstack.simulated_stripe import TEST_KEY, SimulatedStripeServer
+from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, SimulatedStripeServer
 from devstack.simulated_stripe import start as start_stripe
 from devstack.stack import REPO_ROOT, Stack, deploy
 from devstack.tokens import mint_token
@@ -49,6 +49,7 @@ class LocalStack:
     simulated: bool
     env_file: Path
     stripe: SimulatedStripeServer | None = None  # the simulated Stripe, unless a real one was configured
+    pools: dict[str, FunctionPool] = field(default_factory=dict, repr=False)  # each function's workers
     _stoppers: list[Any] = field(default_factory=list, repr=False)
 
     def stop(self) -> None:
@@ -171,6 +172,7 @@ def start(
             overrides["LLM_PROVIDER"] = "openai"
         overrides.update(payments_env)
         pools = pools_for(stack, {**_plain_env(env), **aws_env}, overrides)
+        local.pools = pools
         local._stoppers.append(lambda: [p.close() for p in pools.values()])
         for pool in pools.values():  # cold starts now, not on the first request
             pool.warm()
@@ -193,6 +195,8 @@ def start(
 
         local.url = f"http://{host}:{gateway.server_address[1]}"
         local.moto_url, local.stack, local.tokens, local.simulated = moto_url, stack, tokens, simulated
+        if local.stripe is not None:  # its refund events, signed with the secret the webhook function holds
+            local.stripe.stripe.webhooks.configure(f"{local.url}/webhooks/stripe", LOCAL_SECRET)
         write_env_file(local.env_file, stack, pools, int(aws_env["MOTO_PORT"]))
         return local
     except BaseException:
@@ -208,9 +212,11 @@ def _payments(env: Mapping[str, str], overrides: dict[str, str]) -> SimulatedStr
     """
     if env.get("STRIPE_API_BASE") and env.get("STRIPE_API_KEY"):
         overrides.update(STRIPE_API_BASE=env["STRIPE_API_BASE"], STRIPE_API_KEY=env["STRIPE_API_KEY"])
+        if env.get("STRIPE_WEBHOOK_SECRET"):  # e.g. `stripe listen --forward-to localhost:3000/webhooks/stripe`'s
+            overrides["STRIPE_WEBHOOK_SECRET"] = env["STRIPE_WEBHOOK_SECRET"]
         return None
     stripe = start_stripe(port=0)
-    overrides.update(STRIPE_API_BASE=stripe.url, STRIPE_API_KEY=TEST_KEY)
+    overrides.update(STRIPE_API_BASE=stripe.url, STRIPE_API_KEY=TEST_KEY, STRIPE_WEBHOOK_SECRET=LOCAL_SECRET)
     return stripe
 
 

@@ -46,14 +46,17 @@ def parse_overrides(items: Sequence[str], known: Iterable[str]) -> dict[str, str
 
 def dev_parameters(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """What ``make dev`` deploys: its local defaults (the JWT settings from the environment, the tool-call
-    trace on, refunds through Stripe: the simulated one unless STRIPE_API_BASE and STRIPE_API_KEY are set),
-    then the overrides, which win (``PaymentProvider=none`` keeps refunds ledger-only)."""
+    trace on, refunds through Stripe: the simulated one unless STRIPE_API_BASE and STRIPE_API_KEY are set,
+    a short payment-sweep grace), then the overrides, which win (``PaymentProvider=none`` keeps refunds ledger-only)."""
     return {
         "JwtSecret": environ.get("JWT_SECRET") or DEFAULT_DEV_SECRET,
         "JwtIssuer": environ.get("JWT_ISSUER", "support-agent-local"),
         "JwtAudience": environ.get("JWT_AUDIENCE", "support-agent"),
         "Transparency": "verbose",
         "PaymentProvider": "stripe",
+        # The payment sweep asks about a refund left unsettled after 30 s, not 5 min: the demo's
+        # "no webhook came" refund settles within a minute (the local schedule fires every 30 s).
+        "PaymentSweepGraceSeconds": "30",
         **(overrides or {}),
     }
 

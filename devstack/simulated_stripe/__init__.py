@@ -29,6 +29,11 @@ every request (fields, headers, status, replayed, fault) for tests to compare. `
 refunds, saved keys, queued faults and the request log, keeping the payment intents (the e2e tests' reset to
 the seed data calls it).
 
+Webhooks (``webhooks``, ``WebhookSender``): once configured with an endpoint and a signing secret, every
+refund change is sent as Stripe sends it — ``refund.updated`` and ``charge.refund.updated`` (and
+``refund.failed``), signed — on a background thread after the API answer; on request duplicated,
+reordered, badly signed, or not delivered at all. ``fail_late(refund_id, reason)`` fails a succeeded refund.
+
 Payment intents: ``pi_demo_<order id>`` for every demo order, for its total (``seed_demo``), plus
 ``add_payment_intent(id, amount)``. Run it alone with ``python -m devstack.simulated_stripe``.
 """
@@ -37,8 +42,10 @@ from devstack.simulated_stripe.api import Recorded, SimulatedStripe
 from devstack.simulated_stripe.faults import ROUTES, Fault
 from devstack.simulated_stripe.ledger import Clock
 from devstack.simulated_stripe.server import TEST_KEY, SimulatedStripeServer, main, start
+from devstack.simulated_stripe.webhooks import LOCAL_SECRET, WebhookSender
 
 __all__ = [
+    "LOCAL_SECRET",
     "ROUTES",
     "TEST_KEY",
     "Clock",
@@ -46,6 +53,7 @@ __all__ = [
     "Recorded",
     "SimulatedStripe",
     "SimulatedStripeServer",
+    "WebhookSender",
     "main",
     "start",
 ]

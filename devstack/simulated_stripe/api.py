@@ -16,6 +16,7 @@ from devstack.simulated_stripe.faults import Fault, FaultPlan, Injected
 from devstack.simulated_stripe.idempotency import Fingerprint, IdempotencyStore, Saved
 from devstack.simulated_stripe.ledger import Clock, Ledger, PaymentIntent, RefundRequest
 from devstack.simulated_stripe.params import list_filter, matches, refund_request
+from devstack.simulated_stripe.webhooks import WebhookSender
 from devstack.simulated_stripe.wire import Reply, StripeError, api_error, api_key, decode_form
 
 DEFAULT_API_VERSION = "2026-10-28.endive"  # an account's default when a request pins none (stripe 16.1's pin)
@@ -81,6 +82,8 @@ class SimulatedStripe:
         self._request_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._released = threading.Event()  # set on stop: held requests go on at once
+        # Signed events for every refund change, once configured (webhooks.py; make dev points it at the stack).
+        self.webhooks = WebhookSender(self.clock.now, DEFAULT_API_VERSION)
 
     # -- what tests (and make dev) call ----------------------------------------------------------------------------
 
@@ -126,10 +129,25 @@ class SimulatedStripe:
         with ``settle``, which gives the amount back."""
         if status not in ("succeeded", "pending"):
             raise ValueError("a refund made outside is succeeded or pending")
-        return self.ledger.create(RefundRequest(payment_intent, None, amount, None, None), status)
+        refund = self.ledger.create(RefundRequest(payment_intent, None, amount, None, None), status)
+        self.webhooks.changed(refund, None)
+        return refund
 
     def settle(self, refund_id: str, status: str) -> dict[str, Any]:
-        return self.ledger.settle(refund_id, status)
+        try:
+            previous: str | None = self.ledger.retrieve(refund_id)["status"]
+        except StripeError:
+            previous = None  # settle raises KeyError for it below
+        refund = self.ledger.settle(refund_id, status)
+        self.webhooks.changed(refund, previous)
+        return refund
+
+    def fail_late(self, refund_id: str, reason: str = "expired_or_canceled_card") -> dict[str, Any]:
+        """A refund Stripe had made fails after all (the card was closed): ``succeeded`` -> ``failed``, its
+        amount back on the payment intent, with ``failure_reason`` (what Stripe does days later)."""
+        refund = self.ledger.fail_late(refund_id, reason)
+        self.webhooks.changed(refund, "succeeded")
+        return refund
 
     def refunds(self, payment_intent: str | None = None) -> list[dict[str, Any]]:
         """The refunds made, oldest first (of one payment intent, or all)."""
@@ -150,6 +168,7 @@ class SimulatedStripe:
         self.idempotency.reset()
         self.faults.clear()
         self.clock.reset()
+        self.webhooks.reset()
         with self._lock:
             self._requests.clear()
 
@@ -169,7 +188,7 @@ class SimulatedStripe:
         request_id = f"req_sim_{next(self._request_ids):012d}"
         fields: tuple[tuple[str, str], ...] = ()
         params: dict[str, Any] = {}
-        state: dict[str, Any] = {"replayed": False, "fault": None}
+        state: dict[str, Any] = {"replayed": False, "fault": None, "made": []}
         try:
             route, refund_id = _route(method, path)
             key = api_key(headers)
@@ -192,6 +211,8 @@ class SimulatedStripe:
             }
         )
         self._record(method, path, params, fields, headers, reply.status, state)
+        for refund in state["made"]:  # once the answer exists: Stripe's events follow its API answer
+            self.webhooks.changed(refund, None)
         return reply
 
     def _fields(self, method: str, headers: Mapping[str, str], raw: bytes, query: str) -> tuple[tuple[str, str], ...]:
@@ -241,6 +262,7 @@ class SimulatedStripe:
             else:
                 try:
                     reply = Reply(200, self.ledger.create(request))
+                    state["made"].append(reply.body)
                 except StripeError as exc:  # a refusal once the endpoint ran: saved like any answer
                     reply = exc.reply()
                 if fault is Fault.ERROR_AFTER:

@@ -192,3 +192,16 @@ class Ledger:
             if status == "failed":
                 refund["failure_reason"] = "unknown"
             return _copy(refund)
+
+    def fail_late(self, refund_id: str, reason: str) -> dict[str, Any]:
+        """A ``succeeded`` refund fails after all (Stripe: the card was closed, the bank returned it): its
+        amount counts against the payment intent no more."""
+        with self._lock:
+            refund = self._refunds.get(refund_id)
+            if refund is None:
+                raise KeyError(refund_id)
+            if refund["status"] != "succeeded":
+                raise ValueError(f"refund {refund_id} is {refund['status']}, not succeeded")
+            refund["status"] = "failed"
+            refund["failure_reason"] = reason
+            return _copy(refund)

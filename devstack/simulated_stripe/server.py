@@ -96,6 +96,7 @@ class SimulatedStripeServer(BackgroundServer):
 
     def before_stop(self) -> None:
         self.stripe.release()
+        self.stripe.webhooks.stop()
 
 
 def start(host: str = "127.0.0.1", port: int = 0, demo: bool = True) -> SimulatedStripeServer:

@@ -36,7 +36,13 @@ EXPECTED_TABLES = {
         [("conversation_id", "HASH"), ("seq", "RANGE")],
         {"by_customer": [("customer_id", "HASH"), ("updated_at", "RANGE")]},
     ),
-    "CustomerDataTable": ([("customer_id", "HASH"), ("sk", "RANGE")], {}),
+    "CustomerDataTable": (
+        [("customer_id", "HASH"), ("sk", "RANGE")],
+        {
+            "unsettled": [("unsettled", "HASH"), ("attempt_started_at", "RANGE")],
+            "ledger_by_created": [("ledger", "HASH"), ("created_at", "RANGE")],
+        },
+    ),
     "ApprovalsTable": (
         [("approval_id", "HASH")],
         {

@@ -58,8 +58,10 @@ def test_sam_build_succeeds(builds: dict[str, Build], arch: str) -> None:
     build = builds[arch]
     assert build.returncode == 0, f"sam build ({arch}) failed after {build.seconds}s:\n{build.log[-4000:]}"
     assert "Build Succeeded" in build.log
-    for logical_id in ("ChatFunction", "ApprovalsFunction", "ApprovalNotifierFunction", "ApprovalSweepFunction"):
-        assert (build.function_dir(logical_id) / "app.py").is_file()
+    functions = [k for k, r in build.template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
+    assert {"ChatFunction", "PaymentsFunction", "PaymentSweepFunction", "ReconcileFunction"} <= set(functions)
+    for logical_id in functions:
+        assert (build.function_dir(logical_id) / "app.py").is_file(), logical_id
     assert (build.layer_dir() / "python" / "support_agent" / "wiring.py").is_file()
 
 
@@ -379,3 +381,10 @@ def test_sweep_expires_a_stale_approval(invoke: Any, local_aws: LocalAws) -> Non
         )["Item"]
     )
     assert (order["available_cents"], order["reserved_cents"], order["refunded_cents"]) == (18900, 0, 0)
+
+
+@pytest.mark.parametrize("logical_id", ["PaymentSweepFunction", "ReconcileFunction"])
+def test_scheduled_payment_functions_run_under_the_runtime(invoke: Any, logical_id: str) -> None:
+    """The payment sweep and the reconciliation import and run as built, on the template's default provider."""
+    done = invoke(logical_id, event_from("schedule.json"))
+    assert isinstance(done.result, dict) and done.result.get("errors", 0) == 0, done.result

@@ -25,6 +25,9 @@ FUNCTIONS = (
     "ApprovalNotifierFunction",
     "ApprovalSweepFunction",
     "PaymentsFunction",
+    "PaymentsWebhookFunction",
+    "PaymentSweepFunction",
+    "ReconcileFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
@@ -57,6 +60,8 @@ EMITTED_BY = {
     obs.APPROVALS_EXPIRED: "approval_sweep",
     obs.OLDEST_PENDING_APPROVAL_AGE: "approval_sweep",
     obs.OLDEST_APPROVED_APPROVAL_AGE: "approval_sweep",
+    obs.OLDEST_UNSETTLED_REFUND_AGE: "payment_sweep",
+    obs.RECONCILIATION_DIFFERENCES: "reconcile",
 }
 
 # name -> (namespace, metric, dimensions, statistic, period, threshold, comparison, evaluation periods)
@@ -99,6 +104,28 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         "Maximum",
         900,
         1800,
+        "GreaterThanThreshold",
+        1,
+    ),
+    # A refund REQUESTED or SETTLING past the parameter: the payment sweep (every 5 min) could not settle it.
+    "UnsettledRefundAlarm": (
+        "SupportAgent",
+        obs.OLDEST_UNSETTLED_REFUND_AGE,
+        [{"Name": "service", "Value": "payment_sweep"}],
+        "Maximum",
+        900,
+        {"Ref": "UnsettledRefundAlarmSeconds"},
+        "GreaterThanThreshold",
+        1,
+    ),
+    # Any difference the daily reconciliation found; a day's period holds it until the next run.
+    "ReconciliationDifferenceAlarm": (
+        "SupportAgent",
+        obs.RECONCILIATION_DIFFERENCES,
+        [{"Name": "service", "Value": "reconcile"}],
+        "Maximum",
+        86400,
+        0,
         "GreaterThanThreshold",
         1,
     ),
@@ -240,7 +267,9 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             assert spec["MetricName"] in obs.METRICS
             assert spec["Dimensions"] == [{"Name": "service", "Value": EMITTED_BY[spec["MetricName"]]}]
             checked += 1
-    assert checked == 3  # LlmUnavailable, OldestPendingApprovalAge and OldestApprovedApprovalAge
+    # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge and
+    # ReconciliationDifferences
+    assert checked == 5
 
 
 def test_namespace_matches_the_functions_environment(sam: dict[str, Any]) -> None:

@@ -63,6 +63,7 @@ def test_overrides_win_over_the_local_defaults() -> None:
         "JwtAudience": "support-agent",
         "Transparency": "verbose",
         "PaymentProvider": "stripe",
+        "PaymentSweepGraceSeconds": "30",
     }
     params = dev_parameters(env, {"Transparency": "quiet", "JwtIssuer": "from-params", "TurnsPerMinute": "100"})
     assert (params["Transparency"], params["JwtIssuer"], params["TurnsPerMinute"]) == ("quiet", "from-params", "100")

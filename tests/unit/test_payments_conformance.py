@@ -121,3 +121,19 @@ def test_retrieve_and_list_requests_equal_the_sdks(server: tuple[str, list[Seen]
     assert my_get == their_get and (my_get.method, my_get.path) == ("GET", "/v1/refunds/re_1")
     assert my_list == their_list and my_list.fields == {"payment_intent": PI, "limit": "100"}
     assert {"authorization", "stripe-version"} <= set(my_get.headers)
+
+
+def test_listing_by_creation_time_equals_the_sdks(server: tuple[str, list[Seen]]) -> None:
+    """Reconciliation's ``GET /v1/refunds?created[gte]=…`` and the per-intent listing, as the SDK sends them."""
+    url, seen = server
+    ours, sdk = clients(url)
+    since = 1_790_000_000
+    assert [r.id for r in ours.list_created_since(since)] == ["re_1"]
+    sdk.v1.refunds.list(params={"created": {"gte": since}, "limit": 100})
+    assert [r.id for r in ours.list_for_intent(PI)] == ["re_1"]
+    sdk.v1.refunds.list(params={"payment_intent": PI, "limit": 100})
+    my_created, their_created, my_intent, their_intent = seen
+    assert my_created == their_created
+    assert (my_created.method, my_created.path) == ("GET", "/v1/refunds")
+    assert my_created.fields == {"created[gte]": str(since), "limit": "100"}
+    assert my_intent == their_intent and my_intent.fields == {"payment_intent": PI, "limit": "100"}

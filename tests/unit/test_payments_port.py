@@ -99,6 +99,8 @@ def test_the_ledger_only_refund_is_a_synthetic_success_stable_per_refund_key() -
         "currency": "usd",
         "payment_intent": PI,
         "metadata": {"approval_id": APPROVAL, "refund_key": APPROVAL, "attempt": "1"},
+        "failure_reason": "",
+        "created": 0,
     }
     assert again.id == first.id and first.id.startswith("ledger_")  # one refund, whatever the attempt
     assert none.refund("conv_1:3:toolu_1#1", PI, 100, "usd", {}).id != first.id
@@ -107,6 +109,7 @@ def test_the_ledger_only_refund_is_a_synthetic_success_stable_per_refund_key() -
 def test_the_ledger_only_adapter_knows_nothing_it_did_not_make_and_validates_as_stripe() -> None:
     none = LedgerOnly()
     assert none.find(APPROVAL, PI) is None
+    assert none.list_for_intent(PI) == [] and none.list_created_since(0) == []  # nothing to reconcile with
     with pytest.raises(ProviderRefused) as caught:
         none.retrieve(ledger_refund_id(APPROVAL))
     assert caught.value.code == "resource_missing"

@@ -109,6 +109,7 @@ def test_a_refund_is_one_form_encoded_post_with_the_attempt_key() -> None:
         currency="usd",
         payment_intent=PI,
         metadata={"refund_key": REFUND_KEY},
+        created=1_800_000_000,
     )
     (request,) = script.requests
     assert (request.method, request.url.path) == ("POST", "/v1/refunds")

@@ -20,7 +20,7 @@ import stripe
 from devstack.local import _payments
 from devstack.parameters import dev_parameters
 from devstack.seed import DEMO_DATA, demo_items
-from devstack.simulated_stripe import TEST_KEY, Fault, SimulatedStripeServer, start
+from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, Fault, SimulatedStripeServer, start
 from support_agent.tools.orders import order_view
 
 POST, LIST, GET = "POST /v1/refunds", "GET /v1/refunds", "GET /v1/refunds/{id}"
@@ -387,7 +387,11 @@ def test_make_dev_starts_it_unless_stripe_is_configured() -> None:
     simulated = _payments({"STRIPE_API_KEY": "sk_test_mine"}, overrides)  # both or nothing
     assert simulated is not None
     try:
-        assert overrides == {"STRIPE_API_BASE": simulated.url, "STRIPE_API_KEY": TEST_KEY}
+        assert overrides == {
+            "STRIPE_API_BASE": simulated.url,
+            "STRIPE_API_KEY": TEST_KEY,
+            "STRIPE_WEBHOOK_SECRET": LOCAL_SECRET,  # what its webhooks are signed with
+        }
         # PAYMENT_PROVIDER comes from the template parameter make dev deploys: stripe, unless PARAMS says none
         assert dev_parameters({})["PaymentProvider"] == "stripe"
         assert dev_parameters({}, {"PaymentProvider": "none"})["PaymentProvider"] == "none"

@@ -395,6 +395,26 @@ ALLOWED: dict[str, set[Pair]] = {
         ("sqs:SendMessage", "ApprovalQueue"),
         ("states:StartExecution", "ref:RefundFlow"),
     },
+    # The payment sweep: the unsettled index (no Scan), the row re-read and settled with the order's money,
+    # an approved refund's approval SETTLING -> REFUNDED | FAILED, audit rows. No PutItem on CustomerData
+    # (it never creates a row), no Query on the table itself, no StartExecution.
+    "PaymentSweepFunction": {
+        ("dynamodb:Query", "CustomerDataTable/index/unsettled"),
+        ("dynamodb:GetItem", "CustomerDataTable"),
+        ("dynamodb:UpdateItem", "CustomerDataTable"),
+        ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("dynamodb:PutItem", "AuditTable"),
+        # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
+        ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
+    },
+    # Reconciliation reads only: ledger rows by creation time (the index, no Scan), a row by its key, the
+    # Stripe key. No write of any kind.
+    "ReconcileFunction": {
+        ("dynamodb:Query", "CustomerDataTable/index/ledger_by_created"),
+        ("dynamodb:GetItem", "CustomerDataTable"),
+        # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
+        ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
+    },
     # The lead's API: conditional decisions (approval + audit row, plus the order when money is
     # released), hand-off close (ticket + conversation header), audit reads, and starting RefundFlow.
     # It cannot write refund rows or touch orders beyond releasing a reservation.
@@ -435,6 +455,16 @@ ALLOWED: dict[str, set[Pair]] = {
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
+    # Records what a signed event says: the row, the order, the dedupe item, the approval, the audit row.
+    # Never calls Stripe (no API key); the webhook secret only when StripeWebhookSecretArn is set.
+    "PaymentsWebhookFunction": {
+        ("dynamodb:GetItem", "CustomerDataTable"),
+        ("dynamodb:PutItem", "CustomerDataTable"),
+        ("dynamodb:UpdateItem", "CustomerDataTable"),
+        ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("dynamodb:PutItem", "AuditTable"),
+        ("secretsmanager:GetSecretValue", "param:StripeWebhookSecretArn"),
+    },
 }
 # What SAM attaches for logs and Tracing: Active; nothing else may be attached.
 ALLOWED_MANAGED = {
@@ -457,6 +487,18 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
     "PaymentsFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "PaymentSweepFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "ReconcileFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "PaymentsWebhookFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
@@ -611,12 +653,15 @@ def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> 
     assert if_false == {"Ref": "AWS::NoValue"}
 
 
-@pytest.mark.parametrize("function_id", ["ChatFunction", "ApprovalsFunction", "PaymentsFunction"])
+@pytest.mark.parametrize(
+    "function_id",
+    ["ChatFunction", "ApprovalsFunction", "PaymentsFunction", "PaymentSweepFunction", "ReconcileFunction"],
+)
 def test_stripe_key_and_provider_reach_the_refunding_functions(
     sam: dict[str, Any], cfn: dict[str, Any], function_id: str
 ) -> None:
-    """The functions that will refund get PAYMENT_PROVIDER and the secret's ARN, and may read that
-    secret only when one is configured (the other functions never)."""
+    """The functions that will refund (and reconciliation, which reads refunds) get PAYMENT_PROVIDER and the
+    secret's ARN, and may read that secret only when one is configured (the other functions never)."""
     params = sam["Parameters"]
     assert (params["PaymentProvider"]["Default"], params["PaymentProvider"]["AllowedValues"]) == (
         "none",
@@ -640,7 +685,35 @@ def test_stripe_key_and_provider_reach_the_refunding_functions(
         {"Ref": "StripeApiKeySecretArn"},
     )
     others = {f for f in ALLOWED if ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn") in ALLOWED[f]}
-    assert others == {"ChatFunction", "ApprovalsFunction", "PaymentsFunction"}
+    assert others == {
+        "ChatFunction",
+        "ApprovalsFunction",
+        "PaymentsFunction",
+        "PaymentSweepFunction",
+        "ReconcileFunction",  # reads refunds only (reconciliation)
+    }
+
+
+def test_the_webhook_secret_reaches_only_the_webhook_function(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """Only PaymentsWebhookFunction gets the signing secret's ARN, and may read it only when one is set."""
+    assert sam["Parameters"]["StripeWebhookSecretArn"]["Default"] == ""
+    assert cfn["Conditions"]["HasStripeWebhookSecret"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "StripeWebhookSecretArn"}, ""]}]
+    }
+    functions = {k: v for k, v in cfn["Resources"].items() if v["Type"] == "AWS::Lambda::Function"}
+    holders = {k for k, v in functions.items() if "StripeWebhookSecretArn" in json.dumps(v)}
+    assert holders == {"PaymentsWebhookFunction"}
+    env = functions["PaymentsWebhookFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["STRIPE_WEBHOOK_SECRET_ARN"] == {"Ref": "StripeWebhookSecretArn"}
+    assert "STRIPE_API_KEY_SECRET_ARN" not in env  # it never calls Stripe
+    raw = [s for doc in _role_documents(cfn, _role_id(cfn, "PaymentsWebhookFunction")) for s in doc["Statement"]]
+    (secret,) = [s for s in raw if "StripeWebhookSecretArn" in json.dumps(s)]
+    condition, if_true, if_false = secret["Fn::If"]
+    assert (condition, if_false) == ("HasStripeWebhookSecret", {"Ref": "AWS::NoValue"})
+    assert (if_true["Action"], if_true["Resource"]) == (
+        "secretsmanager:GetSecretValue",
+        {"Ref": "StripeWebhookSecretArn"},
+    )
 
 
 def test_bedrock_access_only_for_the_bedrock_provider_and_scoped(sam: dict[str, Any], cfn: dict[str, Any]) -> None:

@@ -79,6 +79,18 @@ class Settings(BaseModel):
     stripe_connect_timeout: float = Field(3.0, alias="STRIPE_CONNECT_TIMEOUT", gt=0)
     stripe_read_timeout: float = Field(10.0, alias="STRIPE_READ_TIMEOUT", gt=0)
     stripe_max_retries: int = Field(2, alias="STRIPE_MAX_RETRIES", ge=0, le=10)
+    # Webhook signing secrets (whsec_...), comma separated while Stripe rolls one (both sign meanwhile);
+    # or the secret STRIPE_WEBHOOK_SECRET_ARN holding them as a plain string (payments/webhook.py).
+    stripe_webhook_secret: str = Field("", alias="STRIPE_WEBHOOK_SECRET", repr=False)
+    stripe_webhook_secret_arn: str = Field("", alias="STRIPE_WEBHOOK_SECRET_ARN")
+    # The payment sweep (payments/sweep.py): rows unsettled for longer than the grace are asked about
+    # again, at most PAYMENT_SWEEP_LIMIT per run. A row whose refund the provider cannot find starts a new
+    # attempt only once its attempt is this old: never while Stripe may still be executing the request.
+    payment_sweep_grace_seconds: int = Field(300, alias="PAYMENT_SWEEP_GRACE_SECONDS", ge=0, le=86_400)
+    payment_sweep_limit: int = Field(100, alias="PAYMENT_SWEEP_LIMIT", ge=1, le=1000)
+    payment_new_attempt_after_seconds: int = Field(900, alias="PAYMENT_NEW_ATTEMPT_AFTER_SECONDS", ge=600, le=43_200)
+    # Reconciliation (payments/reconcile.py): ledger rows created in the last N days against the provider's refunds.
+    reconcile_window_days: int = Field(7, alias="RECONCILE_WINDOW_DAYS", ge=1, le=90)
 
     # Approvals.
     refund_flow_arn: str = Field("", alias="REFUND_FLOW_ARN")

@@ -76,6 +76,10 @@ REFUNDS_COMPLETED = "RefundsCompleted"  # direct refunds; approved ones are Refu
 OLDEST_PENDING_APPROVAL_AGE = "OldestPendingApprovalAge"
 # Seconds since the oldest APPROVED approval was approved (or retried): its refund never settled.
 OLDEST_APPROVED_APPROVAL_AGE = "OldestApprovedApprovalAge"
+# Differences between the refund ledger and the payment provider found by one reconciliation run (0: they agree).
+RECONCILIATION_DIFFERENCES = "ReconciliationDifferences"
+# Seconds since the oldest refund ledger row still REQUESTED or SETTLING began its attempt (the payment sweep).
+OLDEST_UNSETTLED_REFUND_AGE = "OldestUnsettledRefundAge"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -101,6 +105,8 @@ METRICS: dict[str, str] = {
     REFUNDS_COMPLETED: MetricUnit.Count.value,
     OLDEST_PENDING_APPROVAL_AGE: MetricUnit.Seconds.value,
     OLDEST_APPROVED_APPROVAL_AGE: MetricUnit.Seconds.value,
+    RECONCILIATION_DIFFERENCES: MetricUnit.Count.value,
+    OLDEST_UNSETTLED_REFUND_AGE: MetricUnit.Seconds.value,
 }
 
 

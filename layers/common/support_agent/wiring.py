@@ -33,7 +33,10 @@ if TYPE_CHECKING:
     from support_agent.llm.base import LlmClient
     from support_agent.payments.flow import RefundStep
     from support_agent.payments.port import PaymentProvider
+    from support_agent.payments.reconcile import Reconciler
     from support_agent.payments.settle import RefundSettler
+    from support_agent.payments.sweep import PaymentSweeper
+    from support_agent.payments.webhook import StripeWebhooks
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.conversations import ConversationStore
@@ -268,6 +271,65 @@ class _Root:
         )
 
     @cached_property
+    def payment_sweeper(self) -> PaymentSweeper:
+        """PaymentSweepFunction's: unsettled ledger rows asked about again, on the process's provider."""
+        from support_agent.payments.sweep import PaymentSweeper
+
+        settings = get_settings()
+        settler = build_settler(settings, self.client("dynamodb"), self.payments)
+        return PaymentSweeper(
+            settler.ledger,
+            settler,
+            self.payments,
+            grace_seconds=settings.payment_sweep_grace_seconds,
+            new_attempt_after_seconds=settings.payment_new_attempt_after_seconds,
+            limit=settings.payment_sweep_limit,
+        )
+
+    @cached_property
+    def reconciler(self) -> Reconciler:
+        """ReconcileFunction's (and ``make reconcile``'s): the ledger against the process's provider, read only."""
+        from support_agent.payments.reconcile import UNSETTLED_AFTER, Reconciler
+        from support_agent.store.ledger import RefundLedger
+
+        settings = get_settings()
+        ledger = RefundLedger(
+            self.client("dynamodb"), settings.customer_data_table, settings.approvals_table, settings.audit_table
+        )
+        return Reconciler(
+            ledger,
+            self.payments,
+            window_days=settings.reconcile_window_days,
+            unsettled_after=max(UNSETTLED_AFTER, timedelta(seconds=2 * settings.payment_sweep_grace_seconds)),
+        )
+
+    @cached_property
+    def stripe_webhooks(self) -> StripeWebhooks:
+        """PaymentsWebhookFunction's: the ledger, a settler that never asks the provider, the signing secrets
+        (``STRIPE_WEBHOOK_SECRET``, or the secret ``STRIPE_WEBHOOK_SECRET_ARN`` read on first use, cached)."""
+        from support_agent.errors import ServiceError
+        from support_agent.llm.keys import key_provider
+        from support_agent.payments.webhook import StripeWebhooks, WebhookSecretUnavailable, secrets_of
+
+        settings = get_settings()
+        read = key_provider(
+            settings.stripe_webhook_secret,
+            settings.stripe_webhook_secret_arn,
+            lambda: self.client("secretsmanager"),
+            settings.api_key_cache_seconds,
+        )
+
+        def secrets() -> list[str]:
+            try:
+                return secrets_of(read())
+            except ServiceError as exc:  # llm/keys.py's error: here it is the webhook secret's
+                raise WebhookSecretUnavailable("could not read the webhook signing secret") from exc
+
+        # `apply` only records what an event says: the provider is never asked, so none is built.
+        settler = build_settler(settings, self.client("dynamodb"), self.payments)
+        return StripeWebhooks(settler.ledger, settler, settings.customer_data_table, secrets)
+
+    @cached_property
     def authenticator(self) -> Authenticator:
         """Kept while warm, so the JWKS cache survives across invocations."""
         from support_agent.auth import Authenticator
@@ -299,6 +361,14 @@ def approval_sweeper() -> ApprovalSweeper:
     return _root.sweeper
 
 
+def payment_sweeper() -> PaymentSweeper:
+    return _root.payment_sweeper
+
+
+def reconciler() -> Reconciler:
+    return _root.reconciler
+
+
 def authenticator() -> Authenticator:
     return _root.authenticator
 
@@ -309,6 +379,10 @@ def refund_step() -> RefundStep:
 
 def payments() -> PaymentProvider:
     return _root.payments
+
+
+def stripe_webhooks() -> StripeWebhooks:
+    return _root.stripe_webhooks
 
 
 def reset(*, llm_transport: Any = None, payments_transport: Any = None) -> None:

@@ -65,6 +65,12 @@ class LazyProvider:
     def retrieve(self, refund_id: str, *, deadline: Deadline | None = None) -> ProviderRefund:
         return self.provider.retrieve(refund_id, deadline=deadline)
 
+    def list_for_intent(self, payment_intent: str, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        return self.provider.list_for_intent(payment_intent, deadline=deadline)
+
+    def list_created_since(self, created_gte: int, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        return self.provider.list_created_since(created_gte, deadline=deadline)
+
 
 def lazy_provider(
     settings: Settings, *, transport: httpx.BaseTransport | None = None, secrets_client: Any = None

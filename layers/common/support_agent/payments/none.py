@@ -9,6 +9,8 @@ What it answers, honestly:
   It never refuses, so the "refused, look it up" path never reaches it; a caller that repeats
   `refund` with the same attempt key gets the same synthetic refund instead.
 * `retrieve` — `ProviderRefused` ``resource_missing``: nothing is held anywhere to read back.
+* `list_for_intent`, `list_created_since` — empty: there is nothing to reconcile the ledger with
+  (reconciliation skips ``none``, rather than report every ledger row missing).
 """
 
 from __future__ import annotations
@@ -54,3 +56,9 @@ class LedgerOnly:
 
     def retrieve(self, refund_id: str, *, deadline: Deadline | None = None) -> ProviderRefund:
         raise ProviderRefused("resource_missing", f"no provider holds refund {refund_id!r} (ledger-only payments)")
+
+    def list_for_intent(self, payment_intent: str, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        return []
+
+    def list_created_since(self, created_gte: int, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        return []

@@ -55,6 +55,7 @@ class ProviderRefund(BaseModel):
     payment_intent: str = ""
     metadata: dict[str, str] = Field(default_factory=dict)
     failure_reason: str = ""  # Stripe's, on a failed refund (``expired_or_canceled_card``, ``lost_or_stolen_card``...)
+    created: int = 0  # seconds since the epoch, the provider's clock (reconciliation's window); 0: not told
 
     @field_validator("failure_reason", mode="before")
     @classmethod
@@ -146,6 +147,15 @@ class PaymentProvider(Protocol):
 
     def retrieve(self, refund_id: str, *, deadline: Deadline | None = None) -> ProviderRefund:
         """The refund ``refund_id``; `ProviderRefused` (``resource_missing``) when the provider has none."""
+        ...
+
+    def list_for_intent(self, payment_intent: str, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        """Every refund of ``payment_intent``, failed and canceled ones included, newest first (reconciliation)."""
+        ...
+
+    def list_created_since(self, created_gte: int, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        """Every refund created at or after ``created_gte`` (seconds since the epoch) on any payment intent,
+        ours or not, newest first: reconciliation finds refunds made outside our ledger this way."""
         ...
 
 

@@ -16,9 +16,10 @@ by the same rule (docs/PAYMENTS.md):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from support_agent.messages import Deadline
 from support_agent.payments.port import (
@@ -63,12 +64,22 @@ class RefundSettler:
         recorded = self.ledger.record(row, outcome, self.now(), actor, request_id)
         return Settled(recorded, outcome)
 
-    def apply(self, row: LedgerRow, refund: ProviderRefund, *, actor: str, request_id: str = "") -> LedgerRow:
+    def apply(
+        self,
+        row: LedgerRow,
+        refund: ProviderRefund,
+        *,
+        actor: str,
+        request_id: str = "",
+        extra_items: Sequence[dict[str, Any]] = (),
+    ) -> LedgerRow:
         """What the provider says of ``row``'s refund, learned without asking (a webhook, a sweep's read).
 
         Never backwards: an unsettled row takes the refund's status (``failed``/``canceled`` -> FAILED);
         a SUCCEEDED row moves only to FAILED, when this very refund failed late; anything else (a FAILED
         row, an earlier attempt's refund, a ``pending`` after ``succeeded``) changes nothing.
+        ``extra_items`` go into the change's transaction (a webhook's dedupe item; `Duplicate` if it exists)
+        and are not written when nothing changes.
         """
         if refund.refund_key != row.refund_key:
             return row
@@ -79,10 +90,10 @@ class RefundSettler:
                 outcome = outcome_of(refund)
             else:
                 outcome = Outcome("FAILED", refund.id, refund.status, refund.failure_reason or refund.status)
-            return self.ledger.record(row, outcome, self.now(), actor, request_id)
+            return self.ledger.record(row, outcome, self.now(), actor, request_id, extra_items)
         if row.status == "SUCCEEDED" and not refund.alive and refund.id == row.refund_id:
             return self.ledger.fail_late(
-                row, refund.id, refund.failure_reason or refund.status, self.now(), actor, request_id
+                row, refund.id, refund.failure_reason or refund.status, self.now(), actor, request_id, extra_items
             )
         return row
 

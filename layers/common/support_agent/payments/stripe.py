@@ -1,7 +1,8 @@
 """``PAYMENT_PROVIDER=stripe``: Stripe's REST API v1 over httpx (not the SDK: its import costs a cold start).
 
 Requests, as the `stripe` SDK sends them (tests/unit/test_payments_stripe.py compares the two):
-``POST /v1/refunds`` form-encoded, ``GET /v1/refunds/{id}``, ``GET /v1/refunds?payment_intent=…``;
+``POST /v1/refunds`` form-encoded, ``GET /v1/refunds/{id}``, ``GET /v1/refunds?payment_intent=…`` and
+``GET /v1/refunds?created[gte]=…`` (reconciliation);
 ``Authorization: Bearer``, ``Idempotency-Key: <attempt key>`` on the POST, ``Stripe-Version`` pinned.
 The form of one attempt is built from its arguments alone, fields sorted and the amount an int, and
 the same bytes are resent on every retry: whoever sends an attempt (a turn, a repair, a replayed
@@ -39,7 +40,9 @@ log = logging.getLogger(__name__)
 # The API version the `stripe` SDK (16.x) in the test extras pins (`stripe.api_version`); a test keeps them equal.
 STRIPE_VERSION = "2026-10-28.endive"
 PAGE_SIZE = 100
-MAX_PAGES = 100  # 10,000 refunds of one payment intent: far beyond any real one; a misbehaving list stops here
+# 10,000 refunds of one payment intent: far beyond any real one; a misbehaving list stops here. Also the bound
+# of one `list_created_since` (a reconciliation window of more than 10,000 refunds fails loudly, never silently).
+MAX_PAGES = 100
 
 
 class _Page(BaseModel):
@@ -127,21 +130,32 @@ class StripeProvider:
     def find(self, refund_key: str, payment_intent: str, *, deadline: Deadline | None = None) -> ProviderRefund | None:
         """Every refund of the payment intent, newest first, a page of 100 at a time; the first live one
         whose ``metadata.refund_key`` matches. Two live ones would be a duplicate: logged, the newest returned."""
-        params: dict[str, str] = {"limit": str(PAGE_SIZE), "payment_intent": payment_intent}
-        found: list[ProviderRefund] = []
-        for _ in range(MAX_PAGES):
-            page = self._page(self._get("/v1/refunds", params, deadline))
-            found += [r for r in page.data if r.refund_key == refund_key and r.alive]
-            if not page.has_more:
-                break
-            if not page.data:
-                raise ProviderUnavailable("Stripe listed an empty page with has_more")
-            params["starting_after"] = page.data[-1].id
-        else:
-            raise ProviderUnavailable(f"more than {MAX_PAGES * PAGE_SIZE} refunds listed for {payment_intent}")
+        found = [r for r in self.list_for_intent(payment_intent, deadline=deadline) if r.refund_key == refund_key]
+        found = [r for r in found if r.alive]
         if len(found) > 1:
             log.error("duplicate refunds for refund key %s: %s", refund_key, [r.id for r in found])
         return found[0] if found else None
+
+    def list_for_intent(self, payment_intent: str, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        """``GET /v1/refunds?payment_intent=…&limit=100``, every page (``starting_after``)."""
+        return self._list({"payment_intent": payment_intent}, deadline, payment_intent)
+
+    def list_created_since(self, created_gte: int, *, deadline: Deadline | None = None) -> list[ProviderRefund]:
+        """``GET /v1/refunds?created[gte]=…&limit=100``, every page: refunds on any payment intent."""
+        return self._list({"created[gte]": str(int(created_gte))}, deadline, f"created >= {created_gte}")
+
+    def _list(self, filters: dict[str, str], deadline: Deadline | None, what: str) -> list[ProviderRefund]:
+        params: dict[str, str] = {"limit": str(PAGE_SIZE), **filters}
+        listed: list[ProviderRefund] = []
+        for _ in range(MAX_PAGES):
+            page = self._page(self._get("/v1/refunds", params, deadline))
+            listed += page.data
+            if not page.has_more:
+                return listed
+            if not page.data:
+                raise ProviderUnavailable("Stripe listed an empty page with has_more")
+            params["starting_after"] = page.data[-1].id
+        raise ProviderUnavailable(f"more than {MAX_PAGES * PAGE_SIZE} refunds listed for {what}")
 
     def retrieve(self, refund_id: str, *, deadline: Deadline | None = None) -> ProviderRefund:
         data = self._get(f"/v1/refunds/{quote(refund_id, safe='')}", {}, deadline)

@@ -22,6 +22,7 @@ confirmed no refund exists, so the new key cannot make a second refund).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -131,6 +132,10 @@ class Outcome:
 
 class LedgerRace(Exception):
     """The row, the order or the approval was not in the state the write needs; re-read and decide."""
+
+
+class Duplicate(LedgerRace):
+    """A caller's extra item already exists (`record`/`fail_late` ``extra_items``): this change was applied."""
 
 
 class ReservationMissing(LedgerRace):
@@ -302,17 +307,46 @@ class RefundLedger:
         with cancellation_as(lambda codes: LedgerRace(f"approval {approval_id} changed")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
 
-    def record(self, row: LedgerRow, outcome: Outcome, now: str, actor: str, request_id: str = "") -> LedgerRow:
+    def record(
+        self,
+        row: LedgerRow,
+        outcome: Outcome,
+        now: str,
+        actor: str,
+        request_id: str = "",
+        extra_items: Sequence[dict[str, Any]] = (),
+    ) -> LedgerRow:
         """Write one provider call's outcome: the row, the order's money and the approval, with the audit row.
 
         Conditioned on the row still being unsettled at this attempt; when it is not (another writer
         recorded first), only the audit row is written and the row as it now is comes back.
+        ``extra_items``: the caller's own conditional writes, in the same transaction (a webhook's dedupe
+        item), so the change and its marker are written together or not at all; `Duplicate` when one of
+        their conditions fails.
         """
         audit = self._call_audit(row, outcome, now, actor, request_id)
-        if outcome.status == "SETTLING" and row.status == "SETTLING" and outcome.refund_id in ("", row.refund_id):
-            # Nothing new to record: the call is still audited.
-            self._db.put_item(**audit["Put"])
+        nothing_new = (
+            outcome.status == "SETTLING" and row.status == "SETTLING" and outcome.refund_id in ("", row.refund_id)
+        )
+        if nothing_new and not extra_items:
+            self._db.put_item(**audit["Put"])  # nothing new to record: the call is still audited
             return row
+        items = [audit] if nothing_new else self._outcome_items(row, outcome, now, audit)
+        cancelled = self._outcome_cancelled(row, len(items), superseded=not nothing_new)
+        items.extend(extra_items)
+        try:
+            with cancellation_as(cancelled):
+                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except _Superseded:
+            self._db.put_item(**audit["Put"])
+        if nothing_new:
+            return row
+        current = self.get(row.customer_id, row.sk)
+        assert current is not None
+        return current
+
+    def _outcome_items(self, row: LedgerRow, outcome: Outcome, now: str, audit: dict[str, Any]) -> list[dict[str, Any]]:
+        """`record`'s transaction: the row's update first (its condition decides `_Superseded`), then the rest."""
         names = {"#st": "status"}
         values: dict[str, Any] = {
             ":to": outcome.status,
@@ -359,26 +393,17 @@ class RefundLedger:
             if to_status == "FAILED":
                 approval_sets.update(failed_at=now, failure_error=outcome.failure_code or "refused")
             items.append(self._approval_update(row.approval_id, "SETTLING", to_status, now, approval_sets))
-
-        def cancelled(codes: list[str]) -> Exception | None:
-            if codes[:1] == [CONDITION_FAILED] or not codes:
-                return _Superseded()
-            return LedgerRace(f"refund {row.sk}: the order or approval changed ({codes})")
-
-        try:
-            with cancellation_as(cancelled):
-                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except _Superseded:
-            self._db.put_item(**audit["Put"])
-            current = self.get(row.customer_id, row.sk)
-            assert current is not None
-            return current
-        current = self.get(row.customer_id, row.sk)
-        assert current is not None
-        return current
+        return items
 
     def fail_late(
-        self, row: LedgerRow, refund_id: str, code: str, now: str, actor: str, request_id: str = ""
+        self,
+        row: LedgerRow,
+        refund_id: str,
+        code: str,
+        now: str,
+        actor: str,
+        request_id: str = "",
+        extra_items: Sequence[dict[str, Any]] = (),
     ) -> LedgerRow:
         """SUCCEEDED -> FAILED: the provider failed a refund it had made (Stripe's ``failed`` after ``succeeded``).
 
@@ -449,11 +474,8 @@ class RefundLedger:
                 )
             )
 
-        def cancelled(codes: list[str]) -> Exception | None:
-            if codes[:1] == [CONDITION_FAILED] or not codes:
-                return _Superseded()
-            return LedgerRace(f"refund {row.sk}: the order or approval changed ({codes})")
-
+        cancelled = self._outcome_cancelled(row, len(items))
+        items.extend(extra_items)
         try:
             with cancellation_as(cancelled):
                 self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
@@ -524,6 +546,23 @@ class RefundLedger:
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     # ------------------------------------------------------------------ parts
+
+    @staticmethod
+    def _outcome_cancelled(row: LedgerRow, ours: int, *, superseded: bool = True) -> Callable[[list[str]], Exception]:
+        """How `record`/`fail_late` read a cancellation of their ``ours`` items plus the caller's extra items.
+
+        A failed extra condition is `Duplicate` (it wins: the change it marks was made); else, when the
+        row's update comes first (``superseded``), a failed row condition is `_Superseded`; else `LedgerRace`.
+        """
+
+        def cancelled(codes: list[str]) -> Exception:
+            if CONDITION_FAILED in codes[ours:]:
+                return Duplicate(f"refund {row.sk}: already applied")
+            if superseded and (codes[:1] == [CONDITION_FAILED] or not codes):
+                return _Superseded()
+            return LedgerRace(f"refund {row.sk}: the order or approval changed ({codes})")
+
+        return cancelled
 
     def _order_intent(self, customer_id: int, approval: dict[str, Any]) -> str:
         """An approval made before orders carried their payment intent: the order's, read once."""

@@ -1,0 +1,28 @@
+"""PaymentSweepFunction (EventBridge schedule): refunds left REQUESTED or SETTLING are settled by asking the
+payment provider (support_agent/payments/sweep.py). Logic lives in the layer."""
+
+from typing import Any
+
+from aws_lambda_powertools.logging import correlation_paths
+
+from support_agent import wiring
+from support_agent.messages import Deadline
+from support_agent.observability import metrics, observed
+
+# Left after the last row to record its outcome and flush the metric before Lambda's timeout.
+MARGIN_MS = 5_000
+
+
+def deadline_of(context: Any) -> Deadline | None:
+    """Lambda's remaining time minus the margin; None when the context cannot tell (tests, scripts)."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return None
+    return Deadline.after(max(0, remaining() - MARGIN_MS) / 1000)
+
+
+# The correlation id is the EventBridge event id; the sweep emits the oldest unsettled refund's age.
+@observed(correlation_id_path=correlation_paths.EVENT_BRIDGE)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return wiring.payment_sweeper().run(deadline_of(context)).as_dict()
