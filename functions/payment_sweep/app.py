@@ -13,16 +13,8 @@ from support_agent.observability import metrics, observed
 MARGIN_MS = 5_000
 
 
-def deadline_of(context: Any) -> Deadline | None:
-    """Lambda's remaining time minus the margin; None when the context cannot tell (tests, scripts)."""
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if remaining is None:
-        return None
-    return Deadline.after(max(0, remaining() - MARGIN_MS) / 1000)
-
-
 # The correlation id is the EventBridge event id; the sweep emits the oldest unsettled refund's age.
 @observed(correlation_id_path=correlation_paths.EVENT_BRIDGE)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return wiring.payment_sweeper().run(deadline_of(context)).as_dict()
+    return wiring.payment_sweeper().run(Deadline.of_lambda(context, MARGIN_MS / 1000)).as_dict()

@@ -19,14 +19,6 @@ from support_agent.payments.flow import ApprovalNotFound
 MARGIN_MS = 5_000
 
 
-def deadline_of(context: Any) -> Deadline | None:
-    """Lambda's remaining time minus the margin; None when the context cannot tell (tests, scripts)."""
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if remaining is None:
-        return None
-    return Deadline.after(max(0, remaining() - MARGIN_MS) / 1000)
-
-
 @observed(correlation_id_path="approvalId")
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -34,4 +26,4 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if not isinstance(approval_id, str) or not APPROVAL_ID.match(approval_id):
         raise ApprovalNotFound(f"not an approval id: {approval_id!r}"[:200])
     execution = str(event.get("execution") or "")
-    return wiring.refund_step().run(approval_id, execution, deadline_of(context))
+    return wiring.refund_step().run(approval_id, execution, Deadline.of_lambda(context, MARGIN_MS / 1000))

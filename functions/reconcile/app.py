@@ -19,14 +19,7 @@ MARGIN_MS = 10_000
 SHOWN = 100  # differences in the answer; the log has every one
 
 
-def deadline_of(context: Any) -> Deadline | None:
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if remaining is None:
-        return None
-    return Deadline.after(max(0, remaining() - MARGIN_MS) / 1000)
-
-
 @observed(correlation_id_path=correlation_paths.EVENT_BRIDGE)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return wiring.reconciler().run(deadline=deadline_of(context)).as_dict(limit=SHOWN)
+    return wiring.reconciler().run(deadline=Deadline.of_lambda(context, MARGIN_MS / 1000)).as_dict(limit=SHOWN)

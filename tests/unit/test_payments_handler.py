@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from devstack.stack import REPO_ROOT
+from support_agent.messages import Deadline
 from support_agent.payments.flow import ApprovalNotFound
 
 
@@ -25,11 +26,16 @@ def payments_app() -> Any:
 
 
 def test_the_deadline_leaves_the_margin_before_lambdas_timeout() -> None:
-    app = payments_app()
-    deadline = app.deadline_of(SimpleNamespace(get_remaining_time_in_millis=lambda: 60_000))
-    assert 60 - app.MARGIN_MS / 1000 - 1 < deadline.remaining() <= 60 - app.MARGIN_MS / 1000
-    assert app.deadline_of(SimpleNamespace(get_remaining_time_in_millis=lambda: 1_000)).expired()
-    assert app.deadline_of(None) is None and app.deadline_of(SimpleNamespace()) is None
+    margin = payments_app().MARGIN_MS / 1000
+
+    def of(context: object) -> Deadline | None:
+        return Deadline.of_lambda(context, margin)
+
+    deadline = of(SimpleNamespace(get_remaining_time_in_millis=lambda: 60_000))
+    assert deadline is not None and 60 - margin - 1 < deadline.remaining() <= 60 - margin
+    short = of(SimpleNamespace(get_remaining_time_in_millis=lambda: 1_000))
+    assert short is not None and short.expired()
+    assert of(None) is None and of(SimpleNamespace()) is None
 
 
 @pytest.mark.parametrize("event", [{}, {"approvalId": None}, {"approvalId": "apr_short"}, {"approvalId": 7}, []])

@@ -49,6 +49,15 @@ class Deadline:
     def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
         return cls(clock() + seconds, clock)
 
+    @classmethod
+    def of_lambda(cls, context: Any, margin_seconds: float) -> Deadline | None:
+        """Lambda's remaining time less ``margin_seconds`` (left to record and answer); None when the context
+        cannot tell (tests, scripts)."""
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        if remaining is None:
+            return None
+        return cls.after(max(0.0, remaining() / 1000 - margin_seconds))
+
     def remaining(self) -> float:
         return self.at - self.clock()
 
