@@ -10,7 +10,7 @@ SAM_VENV        := .venv-sam
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP       := $(SAM_VENV)/.installed-sam-$(SAM_CLI_VERSION)
 
-.PHONY: dev demo reconcile test lint unit live tokens openapi sam build smoke bench clean
+.PHONY: dev demo reconcile audit-verify test lint unit live tokens openapi sam build smoke bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -35,6 +35,13 @@ demo: $(STAMP)
 DAYS ?=
 reconcile: $(STAMP)
 	$(PY) -m devstack.reconcile $(if $(DAYS),--days $(DAYS))
+
+## make audit-verify CONVERSATION=conv_… (or APPROVAL=apr_…): the audit trail's hash chains in the running
+## `make dev` stack, one line per stream (the conversation's and each one it names); exit 1 when one is broken
+CONVERSATION ?=
+APPROVAL ?=
+audit-verify: $(STAMP)
+	$(PY) -m devstack.audit_verify $(if $(CONVERSATION),--conversation $(CONVERSATION)) $(if $(APPROVAL),--approval $(APPROVAL))
 
 ## make test: lint, types and the whole offline suite (unit + integration on template.yaml in moto)
 test: lint $(SAM_STAMP)

@@ -1,12 +1,19 @@
-"""Local event sources: the template's SQS and Schedule events, driven against the moto server.
+"""Local event sources: the template's SQS, DynamoDB stream and Schedule events, driven against the moto server.
 
-On AWS, Lambda polls the queue and EventBridge fires the schedule; here two threads do the same and
-invoke the functions' handlers with the events Lambda would send.
+On AWS, Lambda polls the queue and the table's stream and EventBridge fires the schedule; here threads do
+the same and invoke the functions' handlers with the events Lambda would send. moto keeps a table's
+stream records (INSERT, MODIFY, REMOVE, transactions included) and serves them through the DynamoDB
+Streams API; its CloudFormation would instead invoke a mapped function in Docker, so the template's
+event source mappings are not deployed (devstack/stack.py) and are read from the template here.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
 import hashlib
+import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +31,18 @@ class QueueSource:
     function: str
     queue_logical_id: str
     batch_size: int
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    """An event source mapping on a DynamoDB table's stream (``EventSourceArn: !GetAtt <table>.StreamArn``)."""
+
+    function: str
+    table_logical_id: str
+    batch_size: int
+    starting_position: str  # TRIM_HORIZON | LATEST
+    max_retries: int  # MaximumRetryAttempts; -1: until the record leaves the stream (here: forever)
+    on_failure_queue: str | None  # logical id of the OnFailure destination queue, if any
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,55 @@ def sources(stack: Stack) -> tuple[list[QueueSource], list[ScheduleSource]]:
             if function and queue and resources.get(queue, {}).get("Type") == "AWS::SQS::Queue":
                 queues.append(QueueSource(function, queue, int(props.get("BatchSize", 10))))
     return queues, schedules
+
+
+def stream_sources(stack: Stack) -> list[StreamSource]:
+    """The template's event source mappings that read a DynamoDB table's stream."""
+    found: list[StreamSource] = []
+    resources = stack.sam_template["Resources"]
+    for res in resources.values():
+        props = res.get("Properties", {})
+        if res.get("Type") != "AWS::Lambda::EventSourceMapping":
+            continue
+        arn = props.get("EventSourceArn")
+        att = arn.get("Fn::GetAtt") if isinstance(arn, dict) else None
+        if isinstance(att, str):
+            att = att.split(".", 1)
+        function = _ref(props.get("FunctionName"))
+        if not (function and att and att[1] == "StreamArn"):
+            continue
+        if resources.get(att[0], {}).get("Type") != "AWS::DynamoDB::Table":
+            continue
+        destination = props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        found.append(
+            StreamSource(
+                function,
+                str(att[0]),
+                int(props.get("BatchSize", 100)),
+                str(props.get("StartingPosition", "LATEST")),
+                int(props.get("MaximumRetryAttempts", -1)),
+                _ref(destination),
+            )
+        )
+    return found
+
+
+def _lambda_shape(value: Any) -> Any:
+    """A DynamoDB Streams record as boto3 parses it, in the JSON Lambda sends: binary values base64, the
+    creation time in epoch seconds."""
+    if isinstance(value, dict):
+        return {k: _lambda_shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_lambda_shape(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    return value
+
+
+def stream_event(records: list[dict[str, Any]], stream_arn: str) -> dict[str, Any]:
+    return {"Records": [{**_lambda_shape(r), "eventSourceARN": stream_arn} for r in records]}
 
 
 def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
@@ -109,10 +177,13 @@ class EventSources:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.queues, self.schedules = sources(stack)
+        self.streams = stream_sources(stack)
 
     def start(self) -> None:
         for q in self.queues:
             self._spawn(self._poll, q)
+        for st in self.streams:
+            self._spawn(self._poll_stream, st)
         for s in self.schedules:
             self._spawn(self._tick, s)
 
@@ -154,6 +225,70 @@ class EventSources:
         for m in done:
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
 
+    def _poll_stream(self, source: StreamSource) -> None:
+        """As Lambda reads a stream: batches in order per shard; a failed record (ReportBatchItemFailures)
+        or a failed invocation is retried from that record, up to ``max_retries``, then the batch is
+        described on the on-failure queue and skipped."""
+        ddb = boto3.client("dynamodb", endpoint_url=self._endpoint)
+        streams = boto3.client("dynamodbstreams", endpoint_url=self._endpoint)
+        table = self._stack.physical_ids[source.table_logical_id]
+        arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+        iterators: dict[str, str] = {}
+        while not self._stop.is_set():
+            try:
+                for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+                    if shard["ShardId"] not in iterators:
+                        iterators[shard["ShardId"]] = streams.get_shard_iterator(
+                            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType=source.starting_position
+                        )["ShardIterator"]
+                busy = False
+                for shard_id, iterator in list(iterators.items()):
+                    got = streams.get_records(ShardIterator=iterator, Limit=source.batch_size)
+                    records = got.get("Records", [])
+                    if records:
+                        busy = True
+                        self._deliver_stream(streams, source, arn, shard_id, records)
+                    iterators[shard_id] = got["NextShardIterator"]
+            except Exception as exc:  # moto restarting, or the stack stopping: try again shortly
+                print(f"devstack: {source.function} stream poll failed: {exc!r}", file=sys.stderr)
+                busy = False
+            if not busy and self._stop.wait(0.5):
+                return
+
+    def _deliver_stream(
+        self, streams: Any, source: StreamSource, arn: str, shard_id: str, records: list[dict[str, Any]]
+    ) -> None:
+        pending, attempts = records, 0
+        while pending and not self._stop.is_set():
+            try:
+                out = self._pools[source.function].invoke(stream_event(pending, arn))
+                failed = {f["itemIdentifier"] for f in (out or {}).get("batchItemFailures", [])}
+            except FunctionError:
+                failed = {pending[0]["dynamodb"]["SequenceNumber"]}
+            if not failed:
+                return
+            first = next((i for i, r in enumerate(pending) if r["dynamodb"]["SequenceNumber"] in failed), 0)
+            pending = pending[first:]
+            attempts += 1
+            if 0 <= source.max_retries < attempts:
+                self._give_up(source, arn, shard_id, pending)
+                return
+
+    def _give_up(self, source: StreamSource, arn: str, shard_id: str, records: list[dict[str, Any]]) -> None:
+        """What Lambda sends the on-failure destination: where the records were, not the records."""
+        info = {
+            "shardId": shard_id,
+            "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+            "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+            "batchSize": len(records),
+            "streamArn": arn,
+        }
+        print(f"devstack: {source.function} gave up on stream records {info}", file=sys.stderr)
+        if source.on_failure_queue:
+            sqs = boto3.client("sqs", endpoint_url=self._endpoint)
+            body = {"requestContext": {"condition": "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": info}
+            sqs.send_message(QueueUrl=self._stack.physical_ids[source.on_failure_queue], MessageBody=json.dumps(body))
+
     def _tick(self, source: ScheduleSource) -> None:
         region = boto3.session.Session().region_name or "us-east-1"
         while not self._stop.wait(self._schedule_seconds):
@@ -167,6 +302,7 @@ class EventSources:
         for t in self._threads:
             t.join(3)
 
-    def __iter__(self) -> Iterator[QueueSource | ScheduleSource]:
+    def __iter__(self) -> Iterator[QueueSource | StreamSource | ScheduleSource]:
         yield from self.queues
+        yield from self.streams
         yield from self.schedules

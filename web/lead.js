@@ -641,10 +641,49 @@
         $("audit-summary").textContent = n + (n === 1 ? " record" : " records") + " for " + (query.by === "customerId" ? "customer " : "") + query.key + " (oldest first).";
         $("audit-more").hidden = !state.auditNext;
         SA.showError($("lead-error"), null);
+        if (!append) verifyTrail(query);
       },
       function (err) {
         $("audit-summary").textContent = "";
         handleError(err, "Could not load the audit trail");
+      }
+    );
+  }
+
+  // The hash-chain check beside the trail (GET /api/audit/verify): a conversation's trail only.
+  function verifyLine() {
+    var line = $("audit-verify");
+    if (!line) {
+      line = h("p", { id: "audit-verify", class: "small-text", "aria-live": "polite", "data-testid": "audit-verify" });
+      $("audit-summary").insertAdjacentElement("afterend", line);
+    }
+    return line;
+  }
+
+  function verifyTrail(query) {
+    var line = verifyLine();
+    line.className = "small-text";
+    if (query.by !== "conversationId") {
+      line.textContent = "";
+      return;
+    }
+    line.textContent = "Checking the hash chain…";
+    SA.api("/api/audit/verify?conversationId=" + encodeURIComponent(query.key), { token: state.token }).then(
+      function (r) {
+        var v = r.data || {};
+        var streams = v.streams || [];
+        if (v.status === "ok") {
+          line.className = "small-text status-ok";
+          line.textContent = "Chain verified: " + streams.length + (streams.length === 1 ? " stream" : " streams") + ", every row intact.";
+          return;
+        }
+        var at = v.firstBreak || {};
+        line.className = "small-text error-text";
+        line.textContent = "Chain BROKEN: " + (at.kind || "?") + " in " + (at.stream || v.stream) + (at.eventId ? " at " + at.eventId : "") + ". Follow docs/OPERATIONS.md.";
+      },
+      function () {
+        line.className = "small-text muted";
+        line.textContent = "The hash chain could not be checked.";
       }
     );
   }

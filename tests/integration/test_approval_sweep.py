@@ -172,8 +172,11 @@ def test_expiry_releases_the_reservation(env: Env) -> None:
     order = env.order(stale)
     assert (order["available_cents"], order["reserved_cents"], order["refunded_cents"]) == (18_900, 0, 0)
     audit = AuditStore(env.ddb, env.env["AUDIT_TABLE"]).list_stream(f"approval#{stale}")
-    assert [(a["action"], a["actor"], a["outcome"]) for a in audit] == [("approval_expired", "system:sweep", "EXPIRED")]
-    assert audit[0]["customer_id"] == CUSTOMER
+    # The approval's stream: its request (the tool's reservation), then the sweep's decision.
+    assert [(a["action"], a["actor"], a["outcome"]) for a in audit][1:] == [
+        ("approval_expired", "system:sweep", "EXPIRED")
+    ]
+    assert audit[-1]["customer_id"] == CUSTOMER
     # The fresh one is untouched: still pending, its amount still reserved.
     assert env.approval(fresh)["status"] == "PENDING"
     assert (env.order(fresh)["available_cents"], env.order(fresh)["reserved_cents"]) == (0, 18_900)

@@ -215,8 +215,9 @@ class World:
         return item
 
     def trail(self, row: LedgerRow) -> list[dict[str, Any]]:
-        stream = f"approval#{row.approval_id}" if row.kind == "approved" else row.conversation_id
-        return AuditStore(self.ddb, self.cfg.audit_table).list_stream(stream)
+        """The refund key's stream and those it names (the approval's), oldest first."""
+        streams = AuditStore(self.ddb, self.cfg.audit_table).streams_of(f"refund#{row.refund_key}")
+        return sorted((r for rows in streams.values() for r in rows), key=lambda r: (r["created_at"], r["event_id"]))
 
     def provider_refunds(self, row: LedgerRow) -> list[dict[str, Any]]:
         return refunds_by_key(self.stripe).get(row.refund_key, [])

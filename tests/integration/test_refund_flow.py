@@ -140,13 +140,18 @@ class Case:
         return [from_item(i) for i in out["Items"]]
 
     def audit(self) -> list[dict[str, Any]]:
-        out = self.ddb.query(
-            TableName=self.table("AuditTable"),
-            KeyConditionExpression="#s = :s",
-            ExpressionAttributeNames={"#s": "stream"},
-            ExpressionAttributeValues=to_values({":s": f"approval#{self.approval_id}"}),
-        )
-        return sorted((from_item(i) for i in out["Items"]), key=lambda r: r["event_id"])  # ULIDs: time order
+        """RefundFlow's rows: the refund key's stream, and a refund that failed unstarted (the approval's)."""
+        rows = []
+        for stream in (f"refund#{self.approval_id}", f"approval#{self.approval_id}"):
+            out = self.ddb.query(
+                TableName=self.table("AuditTable"),
+                KeyConditionExpression="#s = :s",
+                ExpressionAttributeNames={"#s": "stream"},
+                ExpressionAttributeValues=to_values({":s": stream}),
+            )
+            items = [from_item(i) for i in out["Items"]]
+            rows += items if stream.startswith("refund#") else [r for r in items if r["action"] == "refund_failed"]
+        return sorted(rows, key=lambda r: r["event_id"])  # ULIDs: time order
 
     def provider_refunds(self) -> list[dict[str, Any]]:
         """The refunds the simulated Stripe made on this case's payment intent (none with provider ``none``)."""

@@ -85,9 +85,10 @@ class Money:
         return tuple(int(item["Item"][f"{k}_cents"]["N"]) for k in ("available", "reserved", "refunded"))  # type: ignore[return-value]
 
     def trail(self, approval_id: str) -> list[str]:
-        return [
-            r["action"] for r in AuditStore(self.ddb, self.env["AUDIT_TABLE"]).list_stream(f"approval#{approval_id}")
-        ]
+        """The approval's stream and the refund key's it names (the ledger's rows), oldest first."""
+        streams = AuditStore(self.ddb, self.env["AUDIT_TABLE"]).streams_of(f"approval#{approval_id}")
+        rows = sorted((r for rows in streams.values() for r in rows), key=lambda r: (r["created_at"], r["event_id"]))
+        return [r["action"] for r in rows]
 
     def executions(self, approval_id: str) -> list[str]:
         listed = boto3.client("stepfunctions").list_executions(
@@ -131,7 +132,7 @@ def test_approving_again_while_settling_waits_then_answers_202_and_starts_nothin
     }
     assert money.executions(approval_id) == []  # no RefundFlow execution was started
     assert (money.row(approval_id), money.trail(approval_id), money.order(approval_id)) == before
-    assert before[0].attempt == 1 and before[1] == ["approval_approved", "refund_started"]
+    assert before[0].attempt == 1 and before[1] == ["refund_requested", "approval_approved", "refund_started"]
 
 
 def test_approving_while_settling_answers_200_when_the_refund_settles_during_the_wait(api: Api, money: Money) -> None:

@@ -187,8 +187,7 @@ class World:
         return item
 
     def webhook_audit(self, row: LedgerRow) -> list[dict[str, Any]]:
-        stream = f"approval#{row.approval_id}" if row.kind == "approved" else row.conversation_id
-        return [a for a in self.audit.list_stream(stream) if a["actor"] == "stripe-webhook"]
+        return [a for a in self.audit.list_stream(f"refund#{row.refund_key}") if a["actor"] == "stripe-webhook"]
 
     def dedupe(self, refund_id: str) -> list[str]:
         return sorted(i["sk"] for i in self.items(f"WEBHOOK#{refund_id}#"))

@@ -199,7 +199,8 @@ def _approve_reject_property(h: Harness) -> Any:
         assert not unexpected, unexpected
         final = store.get(aid)
         assert final is not None and final["status"] in ("APPROVED", "REJECTED")
-        decided = [r["action"] for r in world.audit_rows(f"approval#{aid}")]
+        # The approval's stream begins with its request (the tool's reservation); then one decision.
+        decided = [r["action"] for r in world.audit_rows(f"approval#{aid}") if r["action"] != "refund_requested"]
         assert len(decided) == 1, f"two outcomes recorded: {decided}"
         order = world.order(7, 1042)
         if final["status"] == "APPROVED":

@@ -136,7 +136,9 @@ def verify(h: Harness, world: World, cid: str, model: RefundModel, direct: bool)
     order = world.order(7, model.order)
     rows = [r for r in world.customer_rows(7, "REFUND#") if int(r["order_id"]) == model.order]
     approvals = [a for a in world.scan(world.approvals) if int(a.get("order_id", 0)) == model.order]
-    money_audit = [r for r in world.audit_rows(cid) if r["action"] in ("refund", "refund_requested")]
+    # On the refund key's or the approval's own stream, naming the conversation.
+    money = ("refund", "refund_requested")
+    money_audit = [r for r in world.scan(world.audit) if r.get("conversation_id") == cid and r["action"] in money]
     assert len(rows) == 1, f"{len(rows)} refund rows: the money effect happened {len(rows)} times"
     assert len(money_audit) == 1, money_audit
     if direct:

@@ -293,9 +293,17 @@ def test_approvals_function_under_its_own_role(
     now = datetime.now(UTC).isoformat()
     pending = [_approval(stack, "PENDING", now) for _ in range(2)]
     failed = [_approval(stack, "FAILED", now, decided_by="lead-1") for _ in range(2)]
-    api.model.script = [tools(tool_use("escalate_to_human", {"reason": "person"})), answer("ok")]
+    api.model.script = [
+        tools(
+            tool_use("escalate_to_human", {"reason": "person"}),
+            # A direct refund: verifying the conversation reads its refund key's head from the ledger row.
+            tool_use("request_refund", {"order_id": 1043, "amount_cents": 100, "reason": "late"}),
+        ),
+        answer("ok"),
+    ]
     _, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "a person please"})
     handoff = body["trace"][0]["toolCalls"][0]["result"]["handoff_id"]
+    assert body["trace"][0]["toolCalls"][1]["result"]["status"] in ("REFUNDED", "REFUND_IN_PROGRESS"), body
     api.model.script = [answer("Hello Sam.")]
     sam = api.token("customer-8", "customer", 8)
     assert api.call("POST", "/api/chat", {"conversationId": None, "message": "hi"}, token=sam)[0] == 200
@@ -314,6 +322,7 @@ def test_approvals_function_under_its_own_role(
             ("GET", "/api/handoffs", 200),
             ("POST", f"/api/handoffs/{handoff}/close", 200),
             ("GET", f"/api/audit?conversationId={body['conversationId']}", 200),
+            ("GET", f"/api/audit/verify?conversationId={body['conversationId']}", 200),
             ("GET", "/api/audit?customerId=7", 200),
             ("POST", "/api/customers/8/erase", 200),
         ]:

@@ -214,7 +214,9 @@ class Scenario:
         self.steps.append(step)
         problems = ledger_problems(self.rows(), self.orders(), self.stripe)
         assert not problems, f"after {step}: {problems}"
-        audited = [r for r in self.world.audit_rows(audit_stream) if r["action"] == "payment_refund"]
+        # Provider calls are audited on their refund key's own stream (the ledger row owns it).
+        streams = {audit_stream} | {f"refund#{r['refund_key']}" for r in self.rows()}
+        audited = [r for s in sorted(streams) for r in self.world.audit_rows(s) if r["action"] == "payment_refund"]
         assert len(audited) == self.payments.answered, (
             f"after {step}: {len(audited)} payment_refund audit rows for {self.payments.answered} answered calls"
         )
@@ -462,7 +464,7 @@ def test_refund_step_crash_and_fault_then_rerun_refunds_once(
         assert approval["refund_id"] == row.refund_id and refunds[0]["metadata"]["approval_id"] == approval_id
     elif row.status == "FAILED":
         assert live(refunds) == [] and approval["failure_error"] == "resource_missing"
-    audit = [r["action"] for r in w.world.audit_rows(f"approval#{approval_id}")]
+    audit = [r["action"] for r in w.world.audit_rows(f"refund#{approval_id}")]  # the refund key's stream
     assert audit.count("refund_started") == 1, audit
     tally(w, approved_scenarios=1, crashes=int(crash != "none"), replayed_executions=2)
 

@@ -133,10 +133,12 @@ def verify(env: dict[str, str], world: World, approval_id: str, order_id: int) -
     assert (rows[0]["status"], rows[0]["attempt"]) == ("SUCCEEDED", 1), rows[0]
     order = world.order(CUSTOMER, order_id)
     assert order["refunded_cents"] == 9000 and order["reserved_cents"] == 0
-    actions = [r["action"] for r in world.audit_rows(f"approval#{approval_id}")]
+    # The approval's stream (its decisions) and its refund key's (the ledger's rows).
+    rows = world.audit_rows(f"approval#{approval_id}") + world.audit_rows(f"refund#{approval_id}")
+    actions = [r["action"] for r in rows]
     assert actions.count("approval_approved") == 1, actions
     assert actions.count("refund_started") == 1, actions
-    settled = [r for r in world.audit_rows(f"approval#{approval_id}") if r["action"] == "payment_refund"]
+    settled = [r for r in world.audit_rows(f"refund#{approval_id}") if r["action"] == "payment_refund"]
     assert [r["outcome"] for r in settled][-1:] == ["SUCCEEDED"], settled
 
 

@@ -28,6 +28,7 @@ FUNCTIONS = (
     "PaymentsWebhookFunction",
     "PaymentSweepFunction",
     "ReconcileFunction",
+    "AuditWatcherFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
@@ -62,6 +63,7 @@ EMITTED_BY = {
     obs.OLDEST_APPROVED_APPROVAL_AGE: "approval_sweep",
     obs.OLDEST_UNSETTLED_REFUND_AGE: "payment_sweep",
     obs.RECONCILIATION_DIFFERENCES: "reconcile",
+    obs.AUDIT_ROWS_TAMPERED: "audit_watcher",
 }
 
 # name -> (namespace, metric, dimensions, statistic, period, threshold, comparison, evaluation periods)
@@ -125,6 +127,28 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         [{"Name": "service", "Value": "reconcile"}],
         "Maximum",
         86400,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    # One overwritten or deleted audit row is enough (the trail is append-only).
+    "AuditTamperAlarm": (
+        "SupportAgent",
+        obs.AUDIT_ROWS_TAMPERED,
+        [{"Name": "service", "Value": "audit_watcher"}],
+        "Sum",
+        300,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    # A batch of the audit stream the watcher gave up on (its on-failure destination).
+    "AuditWatcherDLQAlarm": (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["AuditWatcherDLQ", "QueueName"]}}],
+        "Maximum",
+        300,
         0,
         "GreaterThanThreshold",
         1,
@@ -267,9 +291,9 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             assert spec["MetricName"] in obs.METRICS
             assert spec["Dimensions"] == [{"Name": "service", "Value": EMITTED_BY[spec["MetricName"]]}]
             checked += 1
-    # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge and
-    # ReconciliationDifferences
-    assert checked == 5
+    # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge,
+    # ReconciliationDifferences and AuditRowsTampered
+    assert checked == 6
 
 
 def test_namespace_matches_the_functions_environment(sam: dict[str, Any]) -> None:
@@ -329,7 +353,7 @@ def test_dashboard_shows_aws_metrics_of_this_stack(cfn: dict[str, Any]) -> None:
     assert {("AWS/ApiGateway", m, api) for m in ("Count", "4xx", "5xx", "Latency")} <= aws
     flow = (("StateMachineArn", "<RefundFlow>"),)
     assert {("AWS/States", "ExecutionsSucceeded", flow), ("AWS/States", "ExecutionsFailed", flow)} <= aws
-    for queue in ("ApprovalQueue", "ApprovalDLQ"):
+    for queue in ("ApprovalQueue", "ApprovalDLQ", "AuditWatcherDLQ"):
         assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", f"<{queue}.QueueName>"),)) in aws
     for fn in FUNCTIONS:
         for metric in ("Errors", "Throttles"):

@@ -83,7 +83,7 @@ def test_direct_refund_under_threshold(harness: Harness) -> None:
     o = h.order(1043)
     assert (o["available_cents"], o["reserved_cents"], o["refunded_cents"]) == (0, 0, 2500)
     assert h.queued() == []
-    rows = h.audit.list_stream(r.conversation_id)
+    rows = h.audit.conversation_trail(r.conversation_id)
     # The request with its reservation, the provider call (with its attempt key), the tool call.
     assert [(a["action"], a["outcome"]) for a in rows] == [
         ("refund", "REQUESTED"),
@@ -301,7 +301,7 @@ def test_escalate_to_human_one_open_ticket_per_conversation(harness: Harness) ->
     h.model.script = [tools(tool_use("escalate_to_human", {"reason": "new issue"})), answer("ok")]
     third = h.turn("one more thing", r.conversation_id).trace[0]["toolCalls"][0]["result"]
     assert third["status"] == "HANDOFF_OPENED" and third["handoff_id"] != first["handoff_id"]
-    actions = [a["action"] for a in h.audit.list_stream(r.conversation_id)]
+    actions = [a["action"] for a in h.audit.conversation_trail(r.conversation_id)]
     assert actions.count("handoff_opened") == 2 and actions.count("handoff_closed") == 1
 
 

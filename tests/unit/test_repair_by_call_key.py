@@ -82,7 +82,8 @@ def crash_after_tool(h: Harness, call: dict[str, Any]) -> str:
 
 
 def call_audit(h: Harness, cid: str, tool_use_id: str) -> list[tuple[str, str]]:
-    return sorted((r["action"], r["outcome"]) for r in h.audit.list_stream(cid) if r.get("tool_use_id") == tool_use_id)
+    trail = h.audit.conversation_trail(cid)  # the conversation's rows and its refund keys' streams
+    return sorted((r["action"], r["outcome"]) for r in trail if r.get("tool_use_id") == tool_use_id)
 
 
 def assert_history_and_audit_agree(h: Harness, cid: str) -> None:

@@ -407,6 +407,12 @@ ALLOWED: dict[str, set[Pair]] = {
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
+    # The audit watcher reads the audit table's stream (what its event source mapping polls with) and
+    # describes a batch it gave up on to its on-failure queue. No table access of any kind.
+    "AuditWatcherFunction": {
+        *{(f"dynamodb:{a}", "AuditTable.StreamArn") for a in ("DescribeStream", "GetShardIterator", "GetRecords")},
+        ("sqs:SendMessage", "AuditWatcherDLQ"),
+    },
     # Reconciliation reads only: ledger rows by creation time (the index, no Scan), a row by its key, the
     # Stripe key. No write of any kind.
     "ReconcileFunction": {
@@ -424,6 +430,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "ApprovalsTable/index/by_status"),
         ("dynamodb:Query", "ApprovalsTable/index/by_created"),
         ("dynamodb:UpdateItem", "CustomerDataTable"),
+        ("dynamodb:GetItem", "CustomerDataTable"),  # audit verification: a refund key's head (its ledger row)
         # Hand-off close, and erasure: find a customer's conversations, tombstone their messages
         # with UpdateItem under the turn lease (no DeleteItem anywhere: docs/RETENTION.md).
         ("dynamodb:UpdateItem", "ConversationsTable"),
@@ -498,6 +505,11 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
+    # No AWSLambdaDynamoDBExecutionRole (stream actions on Resource "*"): the mapping is declared by hand.
+    "AuditWatcherFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
     "PaymentsWebhookFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
@@ -526,6 +538,8 @@ def _target(resource: Any, parameters: set[str]) -> str:
         return resource
     if set(resource) == {"Fn::GetAtt"} and resource["Fn::GetAtt"][1] == "Arn":
         return str(resource["Fn::GetAtt"][0])
+    if set(resource) == {"Fn::GetAtt"} and resource["Fn::GetAtt"][1] == "StreamArn":
+        return f"{resource['Fn::GetAtt'][0]}.StreamArn"
     if set(resource) == {"Ref"}:
         name = resource["Ref"]
         return f"param:{name}" if name in parameters else f"ref:{name}"
@@ -624,7 +638,9 @@ def test_forbidden_grants(cfn: dict[str, Any], function_id: str) -> None:
         assert "*" not in action and "*" not in target, (action, target)
         assert is_iam_action(action), f"{action} is not an IAM action"
         assert action not in {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
-        if target.startswith("AuditTable"):  # append-only (rule 6): write PutItem, read Query, nothing else
+        if target == "AuditTable.StreamArn":  # the table's change stream: read it, nothing else
+            assert action in ("dynamodb:DescribeStream", "dynamodb:GetShardIterator", "dynamodb:GetRecords")
+        elif target.startswith("AuditTable"):  # append-only (rule 6): write PutItem, read Query, nothing else
             assert action in ("dynamodb:PutItem", "dynamodb:Query"), (action, target)
     for forbidden in ("UpdateItem", "DeleteItem", "BatchWriteItem"):
         assert (f"dynamodb:{forbidden}", "AuditTable") not in granted

@@ -34,10 +34,12 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
     "store/refunds.py": 1,  # direct, reserve: test_money_writes
-    "store/ledger.py": 5,  # begin_approved, fail_unstarted, record, fail_late, new_attempt: test_ledger_writes
+    # begin_approved, fail_unstarted, record, fail_late, new_attempt, and an audited call that changed nothing
+    # (row head + row): test_ledger_writes
+    "store/ledger.py": 6,
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
     "store/handoffs.py": 2,  # open, close: test_hand_offs
-    "store/erasure.py": 1,  # chunks: test_erasure_chunks
+    "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
 }
 
 
@@ -127,7 +129,9 @@ def test_ledger_writes() -> None:
     db.items["CustomerData"] = ledger_item(succeeded)
     ledger.fail_late(succeeded, "re_1", "lost_or_stolen_card", "t", "webhook")
     ledger.new_attempt(row, "t", "payment-sweep")
-    assert [len(t) for t in db.transactions] == [4, 4, 3, 3, 2, 4, 2]
+    settling = dataclasses.replace(row, status="SETTLING", refund_id="re_1")
+    ledger.record(settling, Outcome("SETTLING", "re_1", "pending"), "t", "payment-sweep")  # nothing new: audited
+    assert [len(t) for t in db.transactions] == [4, 4, 3, 3, 2, 4, 2, 2]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 
@@ -188,4 +192,5 @@ def test_erasure_chunks() -> None:
     ConversationEraser(db, "Conversations", "Audit", lambda: 0.0, lambda: "t").erase_customer(7, "lead-1", "r")
     sizes = [len(t) for t in db.transactions]
     assert len(sizes) > 1 and max(sizes) <= DYNAMODB_LIMIT, sizes
+    assert sizes[-1] == 2  # the run's summary: its record item (the erasure stream's head) and its row
     assert sum(size - 2 for size in sizes) == len(rows)  # each chunk: its tombstones + header + audit row

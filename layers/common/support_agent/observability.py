@@ -80,6 +80,8 @@ OLDEST_APPROVED_APPROVAL_AGE = "OldestApprovedApprovalAge"
 RECONCILIATION_DIFFERENCES = "ReconciliationDifferences"
 # Seconds since the oldest refund ledger row still REQUESTED or SETTLING began its attempt (the payment sweep).
 OLDEST_UNSETTLED_REFUND_AGE = "OldestUnsettledRefundAge"
+# Audit rows modified or removed, as the audit table's stream shows them (the trail is append-only: 0 always).
+AUDIT_ROWS_TAMPERED = "AuditRowsTampered"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -107,6 +109,7 @@ METRICS: dict[str, str] = {
     OLDEST_APPROVED_APPROVAL_AGE: MetricUnit.Seconds.value,
     RECONCILIATION_DIFFERENCES: MetricUnit.Count.value,
     OLDEST_UNSETTLED_REFUND_AGE: MetricUnit.Seconds.value,
+    AUDIT_ROWS_TAMPERED: MetricUnit.Count.value,
 }
 
 

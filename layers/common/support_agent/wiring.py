@@ -179,7 +179,13 @@ def build_lead_services(
             ttl=timedelta(hours=settings.approval_ttl_hours),
         ),
         HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
-        AuditStore(ddb, settings.audit_table),
+        AuditStore(
+            ddb,
+            settings.audit_table,
+            settings.conversations_table,
+            settings.approvals_table,
+            settings.customer_data_table,
+        ),
         ConversationEraser(
             ddb, settings.conversations_table, settings.audit_table, time.time, utc_now, settings.lease_seconds
         ),

@@ -26,7 +26,9 @@ from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
 from support_agent.pricing import estimate_usd, price_table
 from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import chain
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage
+from support_agent.store.ledger import direct_refund_key
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 Step = Literal["run_tools", "resume", "resume_if_cut", "stop"]
@@ -168,6 +170,7 @@ class _Turn:
         self.deadline = deadline
         self.unsaved_lease = unsaved_lease  # a new conversation's lease, written with its first messages
         self.next_seq = header.next_seq
+        self.audit_head = header.audit  # the conversation stream's head, advanced with each append's rows
         self.usage = Usage()
         self.trace: list[dict[str, Any]] = []
         self.tool_calls = 0
@@ -183,7 +186,8 @@ class _Turn:
         audit: list[AuditRecord] | None = None,
         title: str | None = None,
     ) -> list[StoredMessage]:
-        with obs.span("persist", messages=len(messages), audit_rows=len(audit or [])):
+        chained, audit_head = chain(self.audit_head, audit or [])
+        with obs.span("persist", messages=len(messages), audit_rows=len(chained)):
             stored = self.agent.conversations.append(
                 self.conversation_id,
                 self.request_id,
@@ -191,11 +195,13 @@ class _Turn:
                 messages,
                 now=self.agent.now(),
                 usage=usage,
-                audit=audit,
+                audit=chained,
                 title=title,
                 create=self.header if self.unsaved_lease is not None else None,
                 lease_until=self.unsaved_lease or 0,
+                audit_head=self.audit_head,
             )
+        self.audit_head = audit_head
         self.unsaved_lease = None
         self.next_seq += len(messages)
         return stored
@@ -212,7 +218,15 @@ class _Turn:
             self.deadline,
         )
 
-    def _audit(self, use: Block, outcome: ToolOutcome) -> AuditRecord:
+    def _audit(self, use: Block, outcome: ToolOutcome, seq: int) -> AuditRecord:
+        """The call's row; it names the streams its effect wrote (an approval, a hand-off, a refund key), so
+        the conversation's trail follows them (store/audit.py `conversation_trail`)."""
+        result = outcome.result if isinstance(outcome.result, dict) else {}
+        approval_id = result.get("approval_id") if isinstance(result.get("approval_id"), str) else None
+        handoff_id = result.get("handoff_id") if isinstance(result.get("handoff_id"), str) else None
+        refund_key = approval_id
+        if use.get("name") == "request_refund" and approval_id is None and "order_id" in result:
+            refund_key = direct_refund_key(self.conversation_id, seq, str(use.get("id")))
         return AuditRecord(
             stream=self.conversation_id,
             action="tool_call",
@@ -226,9 +240,12 @@ class _Turn:
             conversation_id=self.conversation_id,
             request_id=self.request_id,
             tool_use_id=str(use.get("id")),
+            approval_id=approval_id,
+            handoff_id=handoff_id,
+            refund_key=refund_key,
         )
 
-    def _store_results(self, pairs: list[tuple[Block, ToolOutcome]]) -> Message:
+    def _store_results(self, pairs: list[tuple[Block, ToolOutcome]], seq: int) -> Message:
         """One user message with every tool_result, plus one audit row per call, atomically."""
         content = [
             {
@@ -239,7 +256,7 @@ class _Turn:
             }
             for use, outcome in pairs
         ]
-        stored = self._append([{"role": "user", "content": content}], audit=[self._audit(u, o) for u, o in pairs])
+        stored = self._append([{"role": "user", "content": content}], audit=[self._audit(u, o, seq) for u, o in pairs])
         self.agent.checkpoint("after_results_write")
         return stored[0].as_message()
 
@@ -256,7 +273,7 @@ class _Turn:
             # By the call's key alone: its stored input may be erased ({}) or refused by today's model.
             recorded = self.agent.tools.recorded(str(use.get("name", "")), self._ctx(assistant.seq, use["id"]))
             pairs.append((use, recorded or ToolOutcome({"error": NOT_EXECUTED_AFTER_CRASH}, True, "not_executed")))
-        return self._store_results(pairs)
+        return self._store_results(pairs, assistant.seq)
 
     # the loop ------------------------------------------------------------------------------
 
@@ -432,7 +449,7 @@ class _Turn:
             self.tool_calls += 1
             pairs.append((use, self._execute(use, assistant.seq, iteration)))
             self.agent.checkpoint(f"after_tool:{index}")
-        results = self._store_results(pairs)
+        results = self._store_results(pairs, assistant.seq)
         return [ToolCallTrace(u["id"], u["name"], u.get("input"), o.result, o.is_error) for u, o in pairs], results
 
     def _result(self, stop: str, iterations: int, last: LlmResponse | None) -> TurnResult:

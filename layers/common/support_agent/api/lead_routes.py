@@ -20,6 +20,7 @@ from support_agent.api.responses import (
     ApprovalList,
     AuditPage,
     AuditRecord,
+    AuditVerification,
     ErasureResult,
     Handoff,
     HandoffList,
@@ -27,8 +28,8 @@ from support_agent.api.responses import (
 )
 from support_agent.approvals.decisions import Decision
 from support_agent.auth import MAX_CUSTOMER_ID, require_role
-from support_agent.errors import InvalidRequest
-from support_agent.ids import CONVERSATION_ID
+from support_agent.errors import InvalidRequest, NotFound
+from support_agent.ids import APPROVAL_ID, CONVERSATION_ID
 from support_agent.store.approvals import ApprovalStatus
 from support_agent.wiring import lead_services
 
@@ -241,6 +242,30 @@ def audit(
             lambda k: k.get("customer_id") == {"N": str(customer)},
         )
     return {"records": [audit_view(r) for r in rows], "nextToken": pagination.encode(last)}
+
+
+@router.get(
+    "/api/audit/verify",
+    summary="Verify the hash chain of a conversation's or an approval's audit trail",
+    description="Recomputes every row of the stream and of the streams its rows name (approvals, hand-offs, "
+    "refund keys) against their owners' heads: `status` `ok`, or `broken` with the first break and its kind "
+    "(`changed`, `missing`, `inserted`, `reordered`). `streams` holds each stream's own answer.",
+    responses=responses(AuditVerification, 400, 401, 403, 404),
+    tags=_LEAD,
+)
+def audit_verify(
+    conversationId: Annotated[str | None, Query(max_length=64, pattern=CONVERSATION_ID.pattern)] = None,
+    approvalId: Annotated[str | None, Query(max_length=64, pattern=APPROVAL_ID.pattern)] = None,
+) -> dict[str, Any]:
+    _lead()
+    if (conversationId is None) == (approvalId is None):
+        raise InvalidRequest("give exactly one of conversationId or approvalId")
+    stream = conversationId if conversationId is not None else f"approval#{approvalId}"
+    audit = lead_services().audit
+    answer = audit.verify_trail(stream)
+    if answer["rows"] == 0 and audit.head(stream, []) is None:  # no row and no owner: nothing by that id
+        raise NotFound("no audit trail by that id")
+    return answer
 
 
 @router.post(

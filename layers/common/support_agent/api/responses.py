@@ -209,6 +209,8 @@ class HandoffList(_Shape):
 
 class AuditRecord(_Shape):
     eventId: str | None
+    stream: str | None = Field(None, description="The row's stream: a conversation, approval#, handoff#, refund#, …")
+    n: int | None = Field(None, description="The row's position in its stream's hash chain (null: before the chain)")
     action: str | None
     tool: str | None
     input: Any
@@ -217,6 +219,8 @@ class AuditRecord(_Shape):
     actor: str | None
     conversationId: str | None
     approvalId: str | None
+    handoffId: str | None = None
+    refundKey: str | None = None
     customerId: int | None
     requestId: str | None
     createdAt: str | None
@@ -225,6 +229,29 @@ class AuditRecord(_Shape):
 class AuditPage(_Shape):
     records: list[AuditRecord]
     nextToken: str | None
+
+
+class AuditBreak(_Shape):
+    eventId: str | None = Field(..., description="The row where the chain first fails (null: no row to name)")
+    kind: Literal["changed", "missing", "inserted", "reordered"]
+    stream: str | None = Field(None, description="Overall answer only: the stream that broke")
+
+
+class AuditStreamCheck(_Shape):
+    stream: str
+    rows: int
+    status: Literal["ok", "broken"]
+    firstBreak: AuditBreak | None
+    chainStartsAt: int | None = Field(..., description="n of the stream's first hashed row (null: none)")
+    unchained: int = Field(..., description="Rows written before the chain began (not covered by it)")
+    sealedAt: str | None = Field(..., description="When the head was last sealed to S3 (null: not sealed)")
+
+
+class AuditVerification(AuditStreamCheck):
+    """The stream asked for (its own fields), ``status`` broken when it or any stream it names is, and
+    ``firstBreak`` the first break found among them; ``streams`` each stream's own answer, it first."""
+
+    streams: list[AuditStreamCheck]
 
 
 class ErasureResult(_Shape):

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from support_agent.errors import Conflict
 from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.customer_data import order_key
 from support_agent.store.dynamo import (
     CONDITION_FAILED,
@@ -128,6 +129,7 @@ class ApprovalStore:
             output={"order_id": approval["order_id"], "amount_cents": int(approval["amount_cents"])},
             conversation_id=approval.get("conversation_id"),
             approval_id=approval["approval_id"],
+            refund_key=approval["approval_id"] if change.to_status == "APPROVED" else None,
         )
 
     def _decide(self, approval_id: str, change: _Change) -> dict[str, Any]:
@@ -135,14 +137,18 @@ class ApprovalStore:
         approval = self.get(approval_id)
         if approval is None or approval.get("status") != change.from_status:
             raise StateConflict(approval)
+        # The approval's stream: the approval item holds its head, advanced with the row, conditioned on it.
+        read = Head.of(approval)
+        (audit,), head = chain(read, [self._audit_row(approval, change)])
+        (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
         names = {"#st": "status"}
-        values: dict[str, Any] = {":to": change.to_status, ":from": change.from_status}
-        condition = "#st = :from"
+        values: dict[str, Any] = {":to": change.to_status, ":from": change.from_status, **head_values, **head_new}
+        condition = f"#st = :from AND {head_if}"
         if change.not_created_before is not None:
             names["#created"] = "created_at"
             values[":not_before"] = change.not_created_before
             condition += " AND #created >= :not_before"
-        assignments = ["#st = :to"]
+        assignments = ["#st = :to", head_sets]
         for i, (name, value) in enumerate(change.sets.items()):
             names[f"#f{i}"] = name
             values[f":v{i}"] = value
@@ -162,7 +168,7 @@ class ApprovalStore:
                     "ExpressionAttributeValues": to_values(values),
                 }
             },
-            self._audit_row(approval, change).put(self._audit),
+            audit.put(self._audit),
         ]
         if change.order_release:
             items.append(

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from support_agent.ids import ulid
-from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, put_new, to_values
+from support_agent.store.audit_chain import VERSION as CHAIN_VERSION
+from support_agent.store.audit_chain import Head, verify
+from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, put_new, to_item, to_values
 
 AUDIT_PAYLOAD_MAX_CHARS = 4000
 
@@ -35,36 +37,81 @@ class AuditRecord:
     approval_id: str | None = None
     request_id: str | None = None
     tool_use_id: str | None = None
+    handoff_id: str | None = None
+    refund_key: str | None = None
     event_id: str = field(default_factory=ulid)
+    # The chain (store/audit_chain.py): set by `chain`, never by hand.
+    n: int | None = None
+    payload_hash: str | None = None
+    prev_hash: str | None = None
+    hash: str | None = None
 
     def put(self, table: str) -> dict[str, Any]:
-        """The TransactWriteItems element that writes this row exactly once."""
-        return put_new(
-            table,
-            {
-                "stream": self.stream,
-                "event_id": self.event_id,
-                "action": self.action,
-                "actor": self.actor,
-                "outcome": self.outcome,
-                "customer_id": self.customer_id,
-                "created_at": self.created_at,
-                "tool": self.tool,
-                "input": None if self.input is None else _clip(self.input),
-                "output": None if self.output is None else _clip(self.output),
-                "conversation_id": self.conversation_id,
-                "approval_id": self.approval_id,
-                "request_id": self.request_id,
-                "tool_use_id": self.tool_use_id,
-            },
-            "event_id",
-        )
+        """The TransactWriteItems element that writes this row exactly once (chained: see `audit_chain.chain`)."""
+        chain = {}
+        if self.n is not None:
+            chain = {
+                "n": self.n,
+                "v": CHAIN_VERSION,
+                "payload_hash": self.payload_hash,
+                "prev_hash": self.prev_hash,
+                "hash": self.hash,
+            }
+        return put_new(table, {**self.item(), **chain}, "event_id")
+
+    def payload(self) -> dict[str, Any]:
+        """The stored row without its chain fields, as a read gives it back (absent fields left out)."""
+        return {k: v for k, v in self.item().items() if v is not None}
+
+    def item(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "event_id": self.event_id,
+            "action": self.action,
+            "actor": self.actor,
+            "outcome": self.outcome,
+            "customer_id": self.customer_id,
+            "created_at": self.created_at,
+            "tool": self.tool,
+            "input": None if self.input is None else _clip(self.input),
+            "output": None if self.output is None else _clip(self.output),
+            "conversation_id": self.conversation_id,
+            "approval_id": self.approval_id,
+            "request_id": self.request_id,
+            "tool_use_id": self.tool_use_id,
+            "handoff_id": self.handoff_id,
+            "refund_key": self.refund_key,
+        }
+
+
+# The streams a row names, and the key prefix of each: a conversation's trail follows them.
+NAMED_STREAMS = (("approval_id", "approval#"), ("handoff_id", "handoff#"), ("refund_key", "refund#"))
+MAX_FOLLOWED_STREAMS = 200
+
+
+def ledger_sk(refund_key: str) -> str:
+    """The ledger row (owner of ``refund#<key>``) of a refund key: ``conv:seq:tool`` (direct) or an approval id."""
+    if ":" in refund_key:
+        conversation_id, seq, tool_use_id = refund_key.split(":", 2)
+        return f"REFUND#{conversation_id}#{seq}#{tool_use_id}"
+    return f"REFUND#{refund_key}"
 
 
 class AuditStore:
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table: str,
+        conversations_table: str = "",
+        approvals_table: str = "",
+        customer_table: str = "",
+    ) -> None:
         self._db = client
         self.table = table
+        # Where the streams' heads live (verification only): header, approval/hand-off item, ledger row.
+        self._conversations = conversations_table
+        self._approvals = approvals_table
+        self._customers = customer_table
 
     def list_stream(self, stream: str) -> list[dict[str, Any]]:
         return self._query(
@@ -81,11 +128,67 @@ class AuditStore:
         )
 
     def conversation_trail(self, conversation_id: str) -> list[dict[str, Any]]:
-        """The conversation's rows and those of the approvals raised in it, oldest first."""
-        rows = self.list_stream(conversation_id)
-        for approval_id in sorted({r["approval_id"] for r in rows if r.get("approval_id")}):
-            rows.extend(self.list_stream(f"approval#{approval_id}"))
-        return sorted(rows, key=lambda r: str(r["event_id"]))
+        """The conversation's rows and those of every stream they name (approvals, hand-offs, refund keys,
+        and the streams those name), oldest first (``created_at``, then ``event_id``)."""
+        streams = self.streams_of(conversation_id)
+        rows = [row for rows in streams.values() for row in rows]
+        return sorted(rows, key=lambda r: (str(r.get("created_at", "")), str(r["event_id"])))
+
+    def streams_of(self, stream: str) -> dict[str, list[dict[str, Any]]]:
+        """``stream``'s rows and those of the streams its rows name, transitively, by stream (it first)."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        pending = [stream]
+        while pending and len(found) < MAX_FOLLOWED_STREAMS:
+            current = pending.pop(0)
+            if current in found:
+                continue
+            found[current] = self.list_stream(current)
+            for row in found[current]:
+                for name, prefix in NAMED_STREAMS:
+                    if row.get(name) and f"{prefix}{row[name]}" not in found:
+                        pending.append(f"{prefix}{row[name]}")
+        return {k: v for k, v in found.items() if v or k == stream}
+
+    def head(self, stream: str, rows: list[dict[str, Any]]) -> Head | None:
+        """The head the stream's owner item holds; None when there is no owner item."""
+        item: dict[str, Any] | None
+        if stream.startswith(("approval#", "handoff#")):
+            item = self._get(self._approvals, {"approval_id": stream.split("#", 1)[1]})
+        elif stream.startswith("refund#"):
+            customers = {r["customer_id"] for r in rows if r.get("customer_id") is not None}
+            if len(customers) != 1:
+                return None
+            key = {"customer_id": customers.pop(), "sk": ledger_sk(stream.split("#", 1)[1])}
+            item = self._get(self._customers, key)
+        else:  # a conversation, or an erasure run (its record: a key of the Conversations table)
+            # Query, not GetItem: the lead role reads the Conversations table by Query only.
+            out = self._db.query(
+                TableName=self._conversations,
+                KeyConditionExpression="conversation_id = :c AND seq = :zero",
+                ExpressionAttributeValues=to_values({":c": stream, ":zero": 0}),
+                ConsistentRead=True,
+            )
+            item = from_item(out["Items"][0]) if out.get("Items") else None
+        return None if item is None else Head.of(item)
+
+    def verify_stream(self, stream: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """``{"stream", "rows", "status", "firstBreak", "chainStartsAt", "unchained", "sealedAt"}``."""
+        rows = self.list_stream(stream) if rows is None else rows
+        head = self.head(stream, rows)
+        return {"stream": stream, **verify(rows, head or Head()), "sealedAt": None}
+
+    def verify_trail(self, stream: str) -> dict[str, Any]:
+        """``stream`` verified with every stream it names: its own answer, ``status`` broken when any stream
+        is, and ``streams`` (each stream's own answer, it first)."""
+        answers = [self.verify_stream(name, rows) for name, rows in self.streams_of(stream).items()]
+        broken = [a for a in answers if a["status"] != "ok"]
+        first = {**broken[0]["firstBreak"], "stream": broken[0]["stream"]} if broken else None
+        return {**answers[0], "status": "broken" if broken else "ok", "firstBreak": first, "streams": answers}
+
+    def _get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        out = self._db.get_item(TableName=table, Key=to_item(key), ConsistentRead=True)
+        item = out.get("Item")
+        return from_item(item) if item else None
 
     def page_customer(
         self, customer_id: int, start_key: dict[str, Any] | None = None, limit: int = 100

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from support_agent.errors import Conflict, LeaseHeld, NotFound
 from support_agent.messages import Block, Message, Usage
 from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain, head_after, head_condition, head_set
 from support_agent.store.dynamo import (
     DynamoDBClient,
     cancellation_as,
@@ -44,6 +45,7 @@ class Header:
     next_seq: int
     usage: Usage
     title: str = ""
+    audit: Head = field(default_factory=Head)  # its audit stream head, advanced under the lease
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ def _header(values: dict[str, Any]) -> Header:
             int(values.get("cache_creation_input_tokens", 0)),
         ),
         title=values.get("title", ""),
+        audit=Head.of(values),
     )
 
 
@@ -120,12 +123,25 @@ class ConversationStore:
         return _header(from_item(out["Attributes"]))
 
     def lease_renewal(
-        self, conversation_id: str, owner: str, lease_until: int, *, drop_title: bool = False
+        self,
+        conversation_id: str,
+        owner: str,
+        lease_until: int,
+        *,
+        drop_title: bool = False,
+        audit: tuple[Head, Head] | None = None,
     ) -> dict[str, Any]:
         """A TransactWriteItems action extending ``owner``'s lease: the caller's transaction fails unless the
-        lease is still theirs. ``drop_title`` removes the header's title too (it quotes the first message)."""
-        update = "SET lease_expires_at = :until" + (" REMOVE title" if drop_title else "")
-        return {"Update": self._held(conversation_id, owner, update, {":until": lease_until})}
+        lease is still theirs. ``drop_title`` removes the header's title too (it quotes the first message).
+        ``audit`` (the head read, the head after the caller's rows) advances the audit stream's head too."""
+        update, values = "SET lease_expires_at = :until", {":until": lease_until}
+        condition = LEASE_HELD
+        if audit is not None:
+            (cond, cond_values), (sets, set_values) = head_condition(audit[0]), head_set(audit[1])
+            update, condition = f"{update}, {sets}", f"{condition} AND {cond}"
+            values.update({**cond_values, **set_values})
+        update += " REMOVE title" if drop_title else ""
+        return {"Update": {**self._held(conversation_id, owner, update, values), "ConditionExpression": condition}}
 
     def release_lease(self, conversation_id: str, owner: str, *, erased_at: str | None = None) -> None:
         """Give the lease up, if it is still ``owner``'s. With ``erased_at`` the header is marked erased and
@@ -208,13 +224,21 @@ class ConversationStore:
         title: str | None = None,
         create: Header | None = None,
         lease_until: int = 0,
+        audit_head: Head | None = None,
     ) -> list[StoredMessage]:
         """Store messages and their audit rows atomically; returns the messages with their seqs.
 
         Conditioned on holding the lease and on ``next_seq == expected_seq``: a writer that lost the
         lease, or raced another, gets Conflict and stores nothing. With ``create``, the header is
         written here too, leased to ``owner``: a new conversation exists only once it has messages.
+        The audit rows are chained after ``audit_head`` (the head the caller read; rows the caller chained
+        already are kept as they are) and the header's head advances with them, conditioned on it.
         """
+        read = audit_head or Head()
+        records = list(audit or [])
+        if records and records[0].n is None:
+            records, _ = chain(read, records)
+        new_head = head_after(read, records)
         stored = [
             StoredMessage(expected_seq + offset, message["role"], message["content"], now)
             for offset, message in enumerate(messages)
@@ -250,6 +274,7 @@ class ConversationStore:
                 "cache_read_input_tokens": usage.cache_read_input_tokens,
                 "cache_creation_input_tokens": usage.cache_creation_input_tokens,
                 "title": title,
+                **new_head.attributes(),
             }
             items.append(put_new(self._table, header, "conversation_id"))
         else:
@@ -269,9 +294,15 @@ class ConversationStore:
             if title is not None:
                 update = update.replace("SET ", "SET title = if_not_exists(title, :title), ", 1)
                 values[":title"] = title
+            condition = f"{LEASE_HELD} AND next_seq = :expected"
+            if records:
+                (cond, cond_values), (sets, set_values) = head_condition(read), head_set(new_head)
+                update = update.replace("SET ", f"SET {sets}, ", 1)
+                condition = f"{condition} AND {cond}"
+                values.update({**cond_values, **set_values})
             advance = self._held(conversation_id, owner, update, values)
-            items.append({"Update": {**advance, "ConditionExpression": f"{LEASE_HELD} AND next_seq = :expected"}})
-        items.extend(record.put(self._audit_table) for record in audit or [])
+            items.append({"Update": {**advance, "ConditionExpression": condition}})
+        items.extend(record.put(self._audit_table) for record in records)
         with cancellation_as(lambda _codes: Conflict("the conversation changed under this turn; please resend")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         return stored

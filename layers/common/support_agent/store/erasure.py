@@ -26,10 +26,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from support_agent.errors import LeaseHeld
+from support_agent.ids import ulid
 from support_agent.messages import Block
 from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.conversations import ConversationStore
-from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as
+from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, to_item, to_values
 
 ERASED = "[erased]"
 ACTION = "customer_erased"
@@ -80,6 +82,7 @@ class _Request:
     actor: str
     request_id: str
     reason: str | None
+    run_id: str = field(default_factory=ulid)
 
     @property
     def owner(self) -> str:
@@ -88,8 +91,9 @@ class _Request:
     def record(
         self, action: str, outcome: str, now: str, output: Any, conversation_id: str | None = None
     ) -> AuditRecord:
+        """A row of the conversation's stream (under its lease), or else of this run's own ``erasure#<id>``."""
         return AuditRecord(
-            stream=conversation_id or f"customer#{self.customer_id}",
+            stream=conversation_id or f"erasure#{self.run_id}",
             action=action,
             actor=self.actor,
             outcome=outcome,
@@ -133,12 +137,14 @@ class ConversationEraser:
         for conversation_id in self.store.conversation_ids(customer_id):
             now = int(self.clock())
             try:
-                self.store.acquire_lease(conversation_id, customer_id, request.owner, now, now + self.lease_seconds)
+                header = self.store.acquire_lease(
+                    conversation_id, customer_id, request.owner, now, now + self.lease_seconds
+                )
             except LeaseHeld:  # a turn is in progress: not erased underneath it
                 skipped.append(conversation_id)
                 continue
             try:
-                count = self._tombstone_messages(conversation_id, request)
+                count = self._tombstone_messages(conversation_id, request, header.audit)
             except LeaseLost as lost:
                 messages += lost.written
                 skipped.append(conversation_id)
@@ -158,25 +164,53 @@ class ConversationEraser:
             self.now(),
             {"conversations": erased, "messages": messages, "skipped": skipped},
         )
-        self.client.put_item(**record.put(self.audit_table)["Put"])
-        return ErasureReport(customer_id, erased, messages, skipped, record.event_id)
+        # The run's stream (``erasure#<run>``) and its record item: a key of the Conversations table that is no
+        # conversation (no customer_id, no updated_at: the by_customer index never lists it), holding the head.
+        (audit,), head = chain(Head(), [record])
+        (head_if, _), (head_sets, head_new) = head_condition(Head()), head_set(head)
+        self.client.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": self.conversations_table,
+                        "Key": to_item({"conversation_id": record.stream, "seq": 0}),
+                        "UpdateExpression": f"SET {head_sets}, erased_customer = :c, created_at = :now",
+                        "ConditionExpression": head_if,
+                        "ExpressionAttributeValues": to_values(
+                            {**head_new, ":c": customer_id, ":now": record.created_at}
+                        ),
+                    }
+                },
+                audit.put(self.audit_table),  # type: ignore[list-item]
+            ],
+            ClientRequestToken=audit.event_id,
+        )
+        return ErasureReport(customer_id, erased, messages, skipped, audit.event_id)
 
     def _chunk_items(
-        self, conversation_id: str, request: _Request, chunk: list[tuple[int, list[Block]]]
-    ) -> tuple[list[dict[str, Any]], AuditRecord]:
-        """One chunk's TransactItems: its tombstones, the header (still our lease: renewed), its audit row."""
+        self, conversation_id: str, request: _Request, chunk: list[tuple[int, list[Block]]], head: Head
+    ) -> tuple[list[dict[str, Any]], AuditRecord, Head]:
+        """One chunk's TransactItems: its tombstones, the header (still our lease: renewed, the audit head
+        advanced), its audit row on the conversation's stream."""
         now = self.now()
         items = [self.store.content_replacement(conversation_id, seq, content, now) for seq, content in chunk]
-        until = int(self.clock()) + self.lease_seconds
-        items.append(self.store.lease_renewal(conversation_id, request.owner, until, drop_title=True))
         seqs = [seq for seq, _ in chunk]
-        record = request.record(
-            CONVERSATION_ACTION, "erased", now, {"messages": len(seqs), "seqs": seqs}, conversation_id
+        (record,), new_head = chain(
+            head,
+            [
+                request.record(
+                    CONVERSATION_ACTION, "erased", now, {"messages": len(seqs), "seqs": seqs}, conversation_id
+                )
+            ],
+        )
+        until = int(self.clock()) + self.lease_seconds
+        items.append(
+            self.store.lease_renewal(conversation_id, request.owner, until, drop_title=True, audit=(head, new_head))
         )
         items.append(record.put(self.audit_table))
-        return items, record
+        return items, record, new_head
 
-    def _tombstone_messages(self, conversation_id: str, request: _Request) -> int:
+    def _tombstone_messages(self, conversation_id: str, request: _Request, head: Head) -> int:
         """Tombstone what is not yet erased, chunk by chunk, each chunk audited in its own transaction."""
         pending = [
             (m.seq, erased)
@@ -185,7 +219,7 @@ class ConversationEraser:
         ]
         for start in range(0, len(pending), CHUNK_MESSAGES):
             chunk = pending[start : start + CHUNK_MESSAGES]
-            items, record = self._chunk_items(conversation_id, request, chunk)
+            items, record, head = self._chunk_items(conversation_id, request, chunk, head)
 
             def lease_lost(codes: list[str], header: int = len(chunk), written: int = start) -> LeaseLost | None:
                 # The header's lease check is the item after the tombstones.

@@ -18,6 +18,7 @@ from typing import Any
 from support_agent.errors import Conflict, NotFound
 from support_agent.ids import ulid
 from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.dynamo import DynamoDBClient, cancellation_as, from_item, put_new, to_item, to_values
 
 ENTITY = "HANDOFF"
@@ -101,8 +102,8 @@ class HandoffStore:
             "requested_by": actor,
             "created_at": now,
         }
-        audit = AuditRecord(
-            stream=conversation_id,
+        opened = AuditRecord(
+            stream=f"handoff#{handoff_id}",
             action="handoff_opened",
             actor=actor,
             outcome="OPEN",
@@ -114,7 +115,11 @@ class HandoffStore:
             conversation_id=conversation_id,
             request_id=request_id,
             tool_use_id=tool_use_id,
+            handoff_id=handoff_id,
         )
+        # The hand-off's own stream starts here; the ticket holds its head.
+        (audit,), head = chain(Head(), [opened])
+        ticket_item = {**ticket, **head.attributes()}
 
         record = {
             "approval_id": call_key(conversation_id, seq, tool_use_id),
@@ -127,7 +132,7 @@ class HandoffStore:
             "recorded_at": now,
         }
         items = [
-            put_new(self.table, ticket, "approval_id"),
+            put_new(self.table, ticket_item, "approval_id"),
             put_new(self.table, record, "approval_id"),
             {
                 "Update": {
@@ -158,8 +163,8 @@ class HandoffStore:
         ticket = self.get(handoff_id)
         if ticket is None or ticket["status"] != "OPEN":
             raise _conflict(ticket)
-        audit = AuditRecord(
-            stream=ticket["conversation_id"],
+        record = AuditRecord(
+            stream=f"handoff#{handoff_id}",
             action="handoff_closed",
             actor=lead,
             outcome="CLOSED",
@@ -168,7 +173,11 @@ class HandoffStore:
             input={"note": note} if note else None,
             output={"handoff_id": handoff_id},
             conversation_id=ticket["conversation_id"],
+            handoff_id=handoff_id,
         )
+        read = Head.of(ticket)
+        (audit,), head = chain(read, [record])
+        (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
         with cancellation_as(lambda _codes: _conflict(self.get(handoff_id))):
             self._db.transact_write_items(
                 TransactItems=[
@@ -176,11 +185,18 @@ class HandoffStore:
                         "Update": {
                             "TableName": self.table,
                             "Key": to_item({"approval_id": handoff_id}),
-                            "UpdateExpression": "SET #st = :closed, closed_by = :lead, closed_at = :now",
-                            "ConditionExpression": "#st = :open",
+                            "UpdateExpression": f"SET #st = :closed, closed_by = :lead, closed_at = :now, {head_sets}",
+                            "ConditionExpression": f"#st = :open AND {head_if}",
                             "ExpressionAttributeNames": {"#st": "status"},
                             "ExpressionAttributeValues": to_values(
-                                {":closed": "CLOSED", ":open": "OPEN", ":lead": lead, ":now": now}
+                                {
+                                    ":closed": "CLOSED",
+                                    ":open": "OPEN",
+                                    ":lead": lead,
+                                    ":now": now,
+                                    **head_values,
+                                    **head_new,
+                                }
                             ),
                         }
                     },

@@ -26,13 +26,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from botocore.exceptions import ClientError
+
 from support_agent.payments.port import attempt_key
 from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.customer_data import order_key
 from support_agent.store.dynamo import (
     CONDITION_FAILED,
     DynamoDBClient,
     cancellation_as,
+    error_code,
     from_item,
     put_new,
     to_item,
@@ -47,6 +51,9 @@ FINAL: tuple[LedgerStatus, ...] = ("SUCCEEDED", "FAILED")
 UNSETTLED_INDEX, UNSETTLED_INDEX_KEY = "unsettled", "UNSETTLED"
 LEDGER_INDEX, LEDGER_INDEX_KEY = "ledger_by_created", "LEDGER"
 Kind = Literal["direct", "approved"]
+# A refund key's writers racing on its audit stream (the tool, RefundFlow executions, the webhook, the sweep): each
+# lost race means another writer appended a row, so this bounds a burst of 32 writers on one key.
+HEAD_RETRIES = 32
 
 
 def approved_refund_sk(approval_id: str) -> str:
@@ -107,6 +114,15 @@ class LedgerRow:
     @property
     def attempt_key(self) -> str:
         return attempt_key(self.refund_key, self.attempt)
+
+    @property
+    def audit_head(self) -> Head:
+        """The head of the refund key's audit stream (``refund#<key>``), which this row owns."""
+        return Head.of(self.extra)
+
+    @property
+    def audit_stream(self) -> str:
+        return f"refund#{self.refund_key}"
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -210,17 +226,32 @@ class RefundLedger:
             conversation_id=str(approval.get("conversation_id") or ""),
             approval_id=approval_id,
         )
+        record = AuditRecord(
+            stream=row.audit_stream,
+            action="refund_started",
+            actor=actor,
+            outcome="SETTLING",
+            customer_id=customer_id,
+            created_at=now,
+            output={**self._money(row), "attempt_key": row.attempt_key, "provider": provider},
+            conversation_id=row.conversation_id or None,
+            approval_id=approval_id,
+            refund_key=row.refund_key,
+        )
+        read = Head() if current is None else current.audit_head
+        (audit,), head = chain(read, [record])
+        (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
         if current is None:
-            ledger_item = self.new_row_item(self._customers, row, now)
+            ledger_item = self.new_row_item(self._customers, row, now, head.attributes())
         elif current.status == "FAILED":
             ledger_item = {
                 "Update": {
                     "TableName": self._customers,
                     "Key": to_item({"customer_id": customer_id, "sk": sk}),
                     "UpdateExpression": "SET #st = :requested, attempt = :n, attempt_started_at = :now, "
-                    "updated_at = :now, provider = :provider, unsettled = :unsettled "
+                    f"updated_at = :now, provider = :provider, unsettled = :unsettled, {head_sets} "
                     "REMOVE refund_id, failure_code, provider_status",
-                    "ConditionExpression": "#st = :failed AND attempt = :prev",
+                    "ConditionExpression": f"#st = :failed AND attempt = :prev AND {head_if}",
                     "ExpressionAttributeNames": {"#st": "status"},
                     "ExpressionAttributeValues": to_values(
                         {
@@ -231,6 +262,8 @@ class RefundLedger:
                             ":now": now,
                             ":provider": provider,
                             ":unsettled": UNSETTLED_INDEX_KEY,
+                            **head_values,
+                            **head_new,
                         }
                     ),
                 }
@@ -247,17 +280,7 @@ class RefundLedger:
                 remove="refund_id",  # a lead's retry: the failed attempt's id is not this one's
             ),
             ledger_item,
-            AuditRecord(
-                stream=f"approval#{approval_id}",
-                action="refund_started",
-                actor=actor,
-                outcome="SETTLING",
-                customer_id=customer_id,
-                created_at=now,
-                output={**self._money(row), "attempt_key": row.attempt_key, "provider": provider},
-                conversation_id=row.conversation_id or None,
-                approval_id=approval_id,
-            ).put(self._audit),
+            audit.put(self._audit),
             {
                 "ConditionCheck": {
                     "TableName": self._customers,
@@ -275,7 +298,7 @@ class RefundLedger:
 
         with cancellation_as(cancelled):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        return row
+        return LedgerRow(**{**_fields(row), "extra": head.attributes()})
 
     def fail_unstarted(self, approval: dict[str, Any], now: str, actor: str, code: str, request_id: str = "") -> None:
         """APPROVED -> FAILED with its audit row, before any provider call of this attempt (nothing to look up).
@@ -284,26 +307,29 @@ class RefundLedger:
         `LedgerRace` when the approval is no longer APPROVED.
         """
         approval_id = approval["approval_id"]
-        items = [
-            self._approval_update(approval_id, "APPROVED", "FAILED", now, {"failed_at": now, "failure_error": code}),
-            AuditRecord(
-                stream=f"approval#{approval_id}",
-                action="refund_failed",
-                actor=actor,
-                outcome="FAILED",
-                customer_id=int(approval["customer_id"]),
-                created_at=now,
-                output={
-                    "order_id": int(approval["order_id"]),
-                    "amount_cents": int(approval["amount_cents"]),
-                    "currency": str(approval["currency"]),
-                    "failure_code": code,
-                },
-                conversation_id=str(approval.get("conversation_id") or "") or None,
-                approval_id=approval_id,
-                request_id=request_id or None,
-            ).put(self._audit),
-        ]
+        record = AuditRecord(
+            stream=f"approval#{approval_id}",
+            action="refund_failed",
+            actor=actor,
+            outcome="FAILED",
+            customer_id=int(approval["customer_id"]),
+            created_at=now,
+            output={
+                "order_id": int(approval["order_id"]),
+                "amount_cents": int(approval["amount_cents"]),
+                "currency": str(approval["currency"]),
+                "failure_code": code,
+            },
+            conversation_id=str(approval.get("conversation_id") or "") or None,
+            approval_id=approval_id,
+            request_id=request_id or None,
+        )
+        read = Head.of(approval)  # the approval's stream: the approval item holds its head
+        (audit,), head = chain(read, [record])
+        update = self._approval_update(
+            approval_id, "APPROVED", "FAILED", now, {"failed_at": now, "failure_error": code}, audit=(read, head)
+        )
+        items = [update, audit.put(self._audit)]
         with cancellation_as(lambda codes: LedgerRace(f"approval {approval_id} changed")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
 
@@ -324,38 +350,61 @@ class RefundLedger:
         item), so the change and its marker are written together or not at all; `Duplicate` when one of
         their conditions fails.
         """
-        audit = self._call_audit(row, outcome, now, actor, request_id)
+        for _ in range(HEAD_RETRIES):
+            try:
+                return self._record(row, outcome, now, actor, request_id, extra_items)
+            except _HeadMoved as moved:
+                row = moved.current  # only the audit stream moved on (another call audited): again, as it is now
+        raise LedgerRace(f"refund {row.sk}: its audit stream kept moving")
+
+    def _record(
+        self,
+        row: LedgerRow,
+        outcome: Outcome,
+        now: str,
+        actor: str,
+        request_id: str,
+        extra_items: Sequence[dict[str, Any]],
+    ) -> LedgerRow:
+        record = self._call_audit(row, outcome, now, actor, request_id)
         nothing_new = (
             outcome.status == "SETTLING" and row.status == "SETTLING" and outcome.refund_id in ("", row.refund_id)
         )
         if nothing_new and not extra_items:
-            self._db.put_item(**audit["Put"])  # nothing new to record: the call is still audited
+            self._audit_only(row, record)  # nothing new to record: the call is still audited
             return row
-        items = [audit] if nothing_new else self._outcome_items(row, outcome, now, audit)
-        cancelled = self._outcome_cancelled(row, len(items), superseded=not nothing_new)
+        items = self._head_only(row, record) if nothing_new else self._outcome_items(row, outcome, now, record)
+        cancelled = self._outcome_cancelled(row, len(items))
         items.extend(extra_items)
         try:
             with cancellation_as(cancelled):
                 self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except _Superseded:
-            self._db.put_item(**audit["Put"])
+            current = self.get(row.customer_id, row.sk)
+            assert current is not None
+            if current.status == row.status and current.attempt == row.attempt and current.refund_id == row.refund_id:
+                raise _HeadMoved(current) from None
+            self._audit_only(current, record)  # another writer recorded first: this call is still audited
+            return current
         if nothing_new:
             return row
         current = self.get(row.customer_id, row.sk)
         assert current is not None
         return current
 
-    def _outcome_items(self, row: LedgerRow, outcome: Outcome, now: str, audit: dict[str, Any]) -> list[dict[str, Any]]:
+    def _outcome_items(self, row: LedgerRow, outcome: Outcome, now: str, record: AuditRecord) -> list[dict[str, Any]]:
         """`record`'s transaction: the row's update first (its condition decides `_Superseded`), then the rest."""
+        audit, head_if, head_sets, head_values = self._chained(row, record)
         names = {"#st": "status"}
         values: dict[str, Any] = {
+            **head_values,
             ":to": outcome.status,
             ":n": row.attempt,
             ":now": now,
             ":requested": "REQUESTED",
             ":settling": "SETTLING",
         }
-        sets = ["#st = :to", "updated_at = :now"]
+        sets = ["#st = :to", "updated_at = :now", head_sets]
         for name, value in (
             ("refund_id", outcome.refund_id),
             ("provider_status", outcome.provider_status),
@@ -373,12 +422,12 @@ class RefundLedger:
                     "TableName": self._customers,
                     "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
                     "UpdateExpression": update,
-                    "ConditionExpression": "#st IN (:requested, :settling) AND attempt = :n",
+                    "ConditionExpression": f"#st IN (:requested, :settling) AND attempt = :n AND {head_if}",
                     "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": to_values(values),
                 }
             },
-            audit,
+            audit.put(self._audit),
         ]
         order_move = self._order_move(row, outcome.status)
         if order_move:
@@ -411,9 +460,37 @@ class RefundLedger:
         REFUNDED -> FAILED for a lead to retry (attempt ``n + 1``) or release. Conditioned on the row still
         SUCCEEDED with this refund id; otherwise the row as it is comes back and nothing changes.
         """
+        for _ in range(HEAD_RETRIES):
+            try:
+                return self._fail_late(row, refund_id, code, now, actor, request_id, extra_items)
+            except _HeadMoved as moved:
+                row = moved.current
+        raise LedgerRace(f"refund {row.sk}: its audit stream kept moving")
+
+    def _fail_late(
+        self,
+        row: LedgerRow,
+        refund_id: str,
+        code: str,
+        now: str,
+        actor: str,
+        request_id: str,
+        extra_items: Sequence[dict[str, Any]],
+    ) -> LedgerRow:
+        audit, head_if, head_sets, head_values = self._chained(
+            row,
+            self._call_audit(
+                row,
+                Outcome("FAILED", refund_id, "failed", code or "failed"),
+                now,
+                actor,
+                request_id,
+                "refund_failed_late",
+            ),
+        )
         sets = (
             "SET #st = :failed, failure_code = :code, provider_status = :pstatus, failed_late_at = :now, "
-            "updated_at = :now"
+            f"updated_at = :now, {head_sets}"
         )
         items: list[dict[str, Any]] = [
             {
@@ -421,10 +498,11 @@ class RefundLedger:
                     "TableName": self._customers,
                     "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
                     "UpdateExpression": sets,
-                    "ConditionExpression": "#st = :succeeded AND refund_id = :rid",
+                    "ConditionExpression": f"#st = :succeeded AND refund_id = :rid AND {head_if}",
                     "ExpressionAttributeNames": {"#st": "status"},
                     "ExpressionAttributeValues": to_values(
                         {
+                            **head_values,
                             ":failed": "FAILED",
                             ":succeeded": "SUCCEEDED",
                             ":rid": refund_id,
@@ -435,14 +513,7 @@ class RefundLedger:
                     ),
                 }
             },
-            self._call_audit(
-                row,
-                Outcome("FAILED", refund_id, "failed", code or "failed"),
-                now,
-                actor,
-                request_id,
-                "refund_failed_late",
-            ),
+            audit.put(self._audit),
             {
                 "Update": {
                     "TableName": self._customers,
@@ -480,7 +551,11 @@ class RefundLedger:
             with cancellation_as(cancelled):
                 self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except _Superseded:
-            pass
+            current = self.get(row.customer_id, row.sk)
+            assert current is not None
+            if current.status == "SUCCEEDED" and current.refund_id == refund_id:
+                raise _HeadMoved(current) from None
+            return current
         current = self.get(row.customer_id, row.sk)
         assert current is not None
         return current
@@ -490,17 +565,21 @@ class RefundLedger:
         attempt ``n`` is older than PAYMENT_NEW_ATTEMPT_AFTER_SECONDS). Conditioned on the row still being
         unsettled at attempt ``n``: `LedgerRace` otherwise."""
         nxt = LedgerRow(**{**_fields(row), "status": "REQUESTED", "attempt": row.attempt + 1, "refund_id": ""})
+        audit, head_if, head_sets, head_values = self._chained(
+            row, self._call_audit(nxt, Outcome("REQUESTED"), now, actor, "", "refund_new_attempt")
+        )
         items = [
             {
                 "Update": {
                     "TableName": self._customers,
                     "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
                     "UpdateExpression": "SET #st = :requested, attempt = :next, attempt_started_at = :now, "
-                    "updated_at = :now REMOVE refund_id, provider_status, failure_code",
-                    "ConditionExpression": "#st IN (:requested, :settling) AND attempt = :n",
+                    f"updated_at = :now, {head_sets} REMOVE refund_id, provider_status, failure_code",
+                    "ConditionExpression": f"#st IN (:requested, :settling) AND attempt = :n AND {head_if}",
                     "ExpressionAttributeNames": {"#st": "status"},
                     "ExpressionAttributeValues": to_values(
                         {
+                            **head_values,
                             ":requested": "REQUESTED",
                             ":settling": "SETTLING",
                             ":n": row.attempt,
@@ -510,7 +589,7 @@ class RefundLedger:
                     ),
                 }
             },
-            self._call_audit(nxt, Outcome("REQUESTED"), now, actor, "", "refund_new_attempt"),
+            audit.put(self._audit),
         ]
         with cancellation_as(lambda codes: LedgerRace(f"refund {row.sk} changed")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
@@ -572,11 +651,25 @@ class RefundLedger:
         return str(from_item(out.get("Item") or {}).get("payment_intent") or "")
 
     def _approval_update(
-        self, approval_id: str, from_status: str, to_status: str, now: str, sets: dict[str, Any], remove: str = ""
+        self,
+        approval_id: str,
+        from_status: str,
+        to_status: str,
+        now: str,
+        sets: dict[str, Any],
+        remove: str = "",
+        audit: tuple[Head, Head] | None = None,
     ) -> dict[str, Any]:
+        """``audit`` (the head read, the new head): the change writes a row on the approval's own stream."""
         names = {"#st": "status"}
         values: dict[str, Any] = {":to": to_status, ":from": from_status, ":now": now}
         assignments = ["#st = :to", "updated_at = :now"]
+        condition = "#st = :from"
+        if audit is not None:
+            (head_if, head_values), (head_sets, head_new) = head_condition(audit[0]), head_set(audit[1])
+            condition = f"{condition} AND {head_if}"
+            assignments.append(head_sets)
+            values.update({**head_values, **head_new})
         for i, (name, value) in enumerate(sets.items()):
             names[f"#f{i}"] = name
             values[f":v{i}"] = value
@@ -586,7 +679,7 @@ class RefundLedger:
                 "TableName": self._approvals,
                 "Key": to_item({"approval_id": approval_id}),
                 "UpdateExpression": "SET " + ", ".join(assignments) + (f" REMOVE {remove}" if remove else ""),
-                "ConditionExpression": "#st = :from",
+                "ConditionExpression": condition,
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": to_values(values),
             }
@@ -615,9 +708,10 @@ class RefundLedger:
 
     def _call_audit(
         self, row: LedgerRow, outcome: Outcome, now: str, actor: str, request_id: str, action: str = "payment_refund"
-    ) -> dict[str, Any]:
+    ) -> AuditRecord:
+        """A row of the refund key's stream (not chained yet: `_chained` does that on the row's head)."""
         return AuditRecord(
-            stream=f"approval#{row.approval_id}" if row.kind == "approved" else row.conversation_id,
+            stream=row.audit_stream,
             action=action,
             actor=actor,
             outcome=outcome.status,
@@ -636,7 +730,46 @@ class RefundLedger:
             approval_id=row.approval_id or None,
             request_id=request_id or None,
             tool_use_id=row.tool_use_id or None,
-        ).put(self._audit)
+            refund_key=row.refund_key,
+        )
+
+    @staticmethod
+    def _chained(row: LedgerRow, record: AuditRecord) -> tuple[AuditRecord, str, str, dict[str, Any]]:
+        """``record`` chained on the row's head; the ledger row's head condition, its SET assignments and
+        their values: the row's update carries them, so the stream cannot fork."""
+        (audit,), head = chain(row.audit_head, [record])
+        (head_if, head_values), (head_sets, head_new) = head_condition(row.audit_head), head_set(head)
+        return audit, head_if, head_sets, {**head_values, **head_new}
+
+    def _head_only(self, row: LedgerRow, record: AuditRecord) -> list[dict[str, Any]]:
+        """The row's head advanced (and nothing else of it) with ``record``: an audited call that changed nothing."""
+        audit, head_if, head_sets, values = self._chained(row, record)
+        return [
+            {
+                "Update": {
+                    "TableName": self._customers,
+                    "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
+                    "UpdateExpression": f"SET {head_sets}",
+                    "ConditionExpression": f"attribute_exists(sk) AND {head_if}",
+                    "ExpressionAttributeValues": to_values(values),
+                }
+            },
+            audit.put(self._audit),
+        ]
+
+    def _audit_only(self, row: LedgerRow, record: AuditRecord) -> None:
+        """Write ``record`` on the refund key's stream, re-reading the row while other writers move its head."""
+        for _ in range(HEAD_RETRIES):
+            try:
+                self._db.transact_write_items(TransactItems=self._head_only(row, record))  # type: ignore[arg-type]
+                return
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+            current = self.get(row.customer_id, row.sk)
+            assert current is not None
+            row = current
+        raise LedgerRace(f"refund {row.sk}: its audit stream kept moving")
 
 
 def _fields(row: LedgerRow) -> dict[str, Any]:
@@ -645,3 +778,11 @@ def _fields(row: LedgerRow) -> dict[str, Any]:
 
 class _Superseded(Exception):
     """The row was no longer unsettled at this attempt: another writer recorded first."""
+
+
+class _HeadMoved(Exception):
+    """Only the row's audit head moved (another call was audited): write again on ``current``."""
+
+    def __init__(self, current: LedgerRow) -> None:
+        super().__init__("audit head moved")
+        self.current = current

@@ -8,10 +8,11 @@ DynamoDB conditions cannot add attributes, so the threshold rule
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain, head_after
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
 from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, dumps, put_new, to_values
 from support_agent.store.ledger import LedgerRow, RefundLedger
@@ -67,9 +68,19 @@ class RefundWriter:
         }
         return put_new(self._customers, row, "sk")
 
-    def _audit_row(self, r: RefundRequest, action: str, outcome: str, result: dict[str, Any]) -> dict[str, Any]:
+    def _audit_row(
+        self, r: RefundRequest, stream: str, refund_key: str, action: str, outcome: str, result: dict[str, Any]
+    ) -> AuditRecord:
+        """The first row of a new stream (the refund key's, or the approval's), chained from an empty head:
+        its owner item is written in the same transaction, holding the new head."""
+        (row,), _ = chain(Head(), [self._record(r, stream, refund_key, action, outcome, result)])
+        return row
+
+    def _record(
+        self, r: RefundRequest, stream: str, refund_key: str, action: str, outcome: str, result: dict[str, Any]
+    ) -> AuditRecord:
         return AuditRecord(
-            stream=r.conversation_id,
+            stream=stream,
             action=action,
             actor=r.actor,
             outcome=outcome,
@@ -82,7 +93,8 @@ class RefundWriter:
             approval_id=result.get("approval_id"),
             request_id=r.request_id,
             tool_use_id=r.tool_use_id,
-        ).put(self._audit)
+            refund_key=refund_key,
+        )
 
     def _order_update(self, r: RefundRequest, set_expr: str, need: int) -> dict[str, Any]:
         return {
@@ -109,29 +121,42 @@ class RefundWriter:
         with cancellation_as(lambda codes: RefundRace(request_exists=codes[:1] == [CONDITION_FAILED])):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
 
-    def direct(self, r: RefundRequest, threshold_cents: int, row: LedgerRow) -> None:
-        """Write the REQUESTED ledger row and reserve the amount, before any provider call.
+    def direct(self, r: RefundRequest, threshold_cents: int, row: LedgerRow) -> LedgerRow:
+        """Write the REQUESTED ledger row and reserve the amount, before any provider call; the row as written.
 
         Only while refunded + reserved + amount stays within the threshold; the provider's answer then
-        moves the reservation to refunded (or back), in `RefundLedger.record`.
+        moves the reservation to refunded (or back), in `RefundLedger.record`. The audit row starts the
+        refund key's stream (``refund#<key>``), whose head the ledger row holds.
         """
         need = max(r.amount_cents, r.total_cents - threshold_cents + r.amount_cents)
+        audit = self._audit_row(
+            r,
+            f"refund#{row.refund_key}",
+            row.refund_key,
+            "refund",
+            "REQUESTED",
+            {"status": "REFUND_IN_PROGRESS", "attempt_key": row.attempt_key},
+        )
+        head = head_after(Head(), [audit]).attributes()
         self._transact(
             [
-                RefundLedger.new_row_item(self._customers, row, r.now, {"reason": r.reason}),
+                RefundLedger.new_row_item(self._customers, row, r.now, {"reason": r.reason, **head}),
                 self._order_update(
                     r,
                     "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
                     need,
                 ),
-                self._audit_row(
-                    r, "refund", "REQUESTED", {"status": "REFUND_IN_PROGRESS", "attempt_key": row.attempt_key}
-                ),
+                audit.put(self._audit),
             ]
         )
+        return replace(row, extra={**row.extra, **head})
 
     def reserve(self, r: RefundRequest, approval_id: str, result: dict[str, Any]) -> None:
-        """Write the PENDING approval and reserve the amount, in one transaction."""
+        """Write the PENDING approval and reserve the amount, in one transaction; the audit row starts the
+        approval's stream (``approval#<id>``), whose head the approval holds."""
+        audit = self._audit_row(
+            r, f"approval#{approval_id}", approval_id, "refund_requested", "PENDING_APPROVAL", result
+        )
         approval = {
             "approval_id": approval_id,
             "entity": "APPROVAL",
@@ -147,6 +172,7 @@ class RefundWriter:
             "payment_intent": r.payment_intent or None,
             "requested_by": r.actor,
             "created_at": r.now,
+            **head_after(Head(), [audit]).attributes(),
         }
         self._transact(
             [
@@ -157,6 +183,6 @@ class RefundWriter:
                     r.amount_cents,
                 ),
                 put_new(self._approvals, approval, "approval_id"),
-                self._audit_row(r, "refund_requested", "PENDING_APPROVAL", result),
+                audit.put(self._audit),
             ]
         )

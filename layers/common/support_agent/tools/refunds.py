@@ -136,8 +136,7 @@ def refund_tools(
                 conversation_id=ctx.conversation_id,
                 tool_use_id=ctx.tool_use_id,
             )
-            writer.direct(request, threshold_cents, row)
-            return settle(row, ctx)
+            return settle(writer.direct(request, threshold_cents, row), ctx)
         approval_id = new_approval_id()
         result = {
             "status": "PENDING_APPROVAL",
