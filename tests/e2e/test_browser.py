@@ -448,6 +448,7 @@ def test_failed_refund_released(
         ("payment_refund", "refund-flow", "FAILED"),
         ("refund_requested", "customer-8", "PENDING_APPROVAL"),
         ("refund_started", "refund-flow", "SETTLING"),
+        ("tool_call", "customer-8", "ok"),  # the call that asked for it names its approval
     ], mine
     # A customer's trail mixes conversations (and here two approvals of order 2001 when the whole module runs):
     # every row names its conversation, and that opens the conversation's own trail.

@@ -57,12 +57,20 @@ def _view(stack: Stack, conversation_id: str) -> list[dict[str, Any]]:
 
 
 def _audit(stack: Stack, conversation_id: str) -> list[dict[str, Any]]:
-    """The conversation's audit stream (a direct refund's ledger changes are audited there)."""
+    """The conversation's audit rows and those of the refund streams they name (a direct refund's ledger
+    changes are audited on its own stream, ``refund#<refund key>``)."""
     session = boto3.Session(region_name=REGION, aws_access_key_id="local", aws_secret_access_key="local")
     table = session.resource("dynamodb", endpoint_url=stack.local.moto_url).Table(
         stack.local.stack.physical_ids["AuditTable"]
     )
-    return list(table.query(KeyConditionExpression=Key("stream").eq(conversation_id), ConsistentRead=True)["Items"])
+
+    def stream(name: str) -> list[dict[str, Any]]:
+        return list(table.query(KeyConditionExpression=Key("stream").eq(name), ConsistentRead=True)["Items"])
+
+    rows = stream(conversation_id)
+    for key in sorted({str(r["refund_key"]) for r in rows if r.get("refund_key")}):
+        rows += stream(f"refund#{key}")
+    return rows
 
 
 def test_a_pending_refund_whose_webhook_never_comes_is_refunded_by_the_payment_sweep(stack: Stack) -> None:
