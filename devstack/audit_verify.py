@@ -44,7 +44,8 @@ def lines(answer: dict[str, Any]) -> list[str]:
         state = s["status"]
         if s["firstBreak"]:
             state += f"  {s['firstBreak']['kind']} at {s['firstBreak']['eventId']}"
-        out.append(f"{s['stream']}: {s['rows']} row(s)  {state}{where}{before}")
+        sealed = f"  sealed through n={s['sealedThrough']} at {s['sealedAt']}" if s.get("sealedAt") else "  not sealed"
+        out.append(f"{s['stream']}: {s['rows']} row(s)  {state}{where}{before}{sealed}")
     out.append(f"overall: {answer['status']}")
     return out
 

@@ -43,6 +43,7 @@ class StreamSource:
     starting_position: str  # TRIM_HORIZON | LATEST
     max_retries: int  # MaximumRetryAttempts; -1: until the record leaves the stream (here: forever)
     on_failure_queue: str | None  # logical id of the OnFailure destination queue, if any
+    event_names: frozenset[str] | None = None  # FilterCriteria on eventName (the only filter used); None: all
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,12 @@ def stream_sources(stack: Stack) -> list[StreamSource]:
         if resources.get(att[0], {}).get("Type") != "AWS::DynamoDB::Table":
             continue
         destination = props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        names: set[str] = set()
+        for f in props.get("FilterCriteria", {}).get("Filters", []):
+            pattern = json.loads(f["Pattern"])
+            if set(pattern) != {"eventName"}:
+                raise ValueError(f"{function}: devstack filters stream records on eventName only, not {pattern}")
+            names |= set(pattern["eventName"])
         found.append(
             StreamSource(
                 function,
@@ -110,6 +117,7 @@ def stream_sources(stack: Stack) -> list[StreamSource]:
                 str(props.get("StartingPosition", "LATEST")),
                 int(props.get("MaximumRetryAttempts", -1)),
                 _ref(destination),
+                frozenset(names) if names else None,
             )
         )
     return found
@@ -245,6 +253,8 @@ class EventSources:
                 for shard_id, iterator in list(iterators.items()):
                     got = streams.get_records(ShardIterator=iterator, Limit=source.batch_size)
                     records = got.get("Records", [])
+                    if source.event_names is not None:  # as the mapping's FilterCriteria drops the others
+                        records = [r for r in records if r.get("eventName") in source.event_names]
                     if records:
                         busy = True
                         self._deliver_stream(streams, source, arn, shard_id, records)

@@ -28,6 +28,9 @@ What moto cannot deploy, and what is done about it (the one place this is decide
 
 What moto deploys differently, repaired after ``create_stack`` (:func:`_repair_moto_state`):
 
+* A bucket's ``VersioningConfiguration`` and ``ObjectLockConfiguration`` are ignored (the sealed audit
+  heads' bucket would accept deletes): both are put again through the S3 API, the retention's parameter
+  resolved, before anything is written to it.
 * Inline role policies are stored as Python dicts, which moto's own IAM enforcement cannot read
   (it ``json.loads`` them), and an ``AWS::NoValue`` list item (the optional secret statement)
   stays in the list as ``null``. Each role's inline policies are put again as JSON, nulls removed.
@@ -89,6 +92,8 @@ UNSUPPORTED_RESOURCE_TYPES = {
     "AWS::ApiGatewayV2::": "API Gateway v2 is not deployed by moto; routes come from the template",
     "AWS::CloudWatch::Alarm": "alarms are not deployed by moto",
     "AWS::Scheduler::": "EventBridge Scheduler is not deployed by moto; call the function directly",
+    # Its one statement denies requests without TLS; moto's endpoint here is plain HTTP.
+    "AWS::S3::BucketPolicy": "moto's CloudFormation does not deploy bucket policies (the TLS-only deny)",
     "AWS::Lambda::EventSourceMapping": (
         "moto would receive each sent message and invoke the placeholder code in Docker; "
         "the queue consumer is run in-process on received messages instead"
@@ -361,7 +366,7 @@ def deploy(
     physical_ids = {
         r["LogicalResourceId"]: r["PhysicalResourceId"] for page in resources for r in page["StackResourceSummaries"]
     }
-    _repair_moto_state(session, endpoint_url, deployable, physical_ids)
+    _repair_moto_state(session, endpoint_url, deployable, physical_ids, params)
     _recreate_state_machines(session, endpoint_url, sam_template, deployable, physical_ids, template_path.parent)
     return Stack(
         name=stack_name,
@@ -378,7 +383,11 @@ def deploy(
 
 
 def _repair_moto_state(
-    session: boto3.Session, endpoint_url: str | None, template: dict[str, Any], physical_ids: dict[str, str]
+    session: boto3.Session,
+    endpoint_url: str | None,
+    template: dict[str, Any],
+    physical_ids: dict[str, str],
+    parameters: Mapping[str, str],
 ) -> None:
     """Make moto's deployed state what AWS would hold (see the module docstring)."""
     iam = session.client("iam", endpoint_url=endpoint_url)
@@ -393,12 +402,34 @@ def _repair_moto_state(
                 if isinstance(statements, list):
                     document["Statement"] = [s for s in statements if s is not None]
                 iam.put_role_policy(RoleName=role, PolicyName=name, PolicyDocument=json.dumps(document))
+        elif resource["Type"] == "AWS::S3::Bucket" and resource["Properties"].get("ObjectLockEnabled"):
+            _lock_bucket(session, endpoint_url, physical_ids[logical_id], resource["Properties"], template, parameters)
         elif resource["Type"] == "AWS::Lambda::Function":
             name = physical_ids[logical_id]
             env = lam.get_function_configuration(FunctionName=name).get("Environment", {}).get("Variables", {})
             if any(not isinstance(v, str) for v in env.values()):
                 strings = {k: str(v) for k, v in env.items()}
                 lam.update_function_configuration(FunctionName=name, Environment={"Variables": strings})
+
+
+def _lock_bucket(
+    session: boto3.Session,
+    endpoint_url: str | None,
+    bucket: str,
+    props: Mapping[str, Any],
+    template: Mapping[str, Any],
+    parameters: Mapping[str, str],
+) -> None:
+    """Versioning, then the Object Lock configuration (the default retention), as the template declares them."""
+    s3 = session.client("s3", endpoint_url=endpoint_url)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration=props["VersioningConfiguration"])
+    config = copy.deepcopy(props["ObjectLockConfiguration"])
+    retention = config.get("Rule", {}).get("DefaultRetention", {})
+    for unit in ("Days", "Years"):
+        if isinstance(retention.get(unit), dict):  # {"Ref": <parameter>}: the parameter's deployed value
+            name = retention[unit]["Ref"]
+            retention[unit] = int(parameters.get(name, template["Parameters"][name].get("Default", 0)))
+    s3.put_object_lock_configuration(Bucket=bucket, ObjectLockConfiguration=config)
 
 
 def _recreate_state_machines(

@@ -674,7 +674,10 @@
         var streams = v.streams || [];
         if (v.status === "ok") {
           line.className = "small-text status-ok";
-          line.textContent = "Chain verified: " + streams.length + (streams.length === 1 ? " stream" : " streams") + ", every row intact.";
+          var seal = v.sealedAt
+            ? " Sealed in S3 (Object Lock) at " + v.sealedAt + ", through row " + v.sealedThrough + "."
+            : " Not sealed yet.";
+          line.textContent = "Chain verified: " + streams.length + (streams.length === 1 ? " stream" : " streams") + ", every row intact." + seal;
           return;
         }
         var at = v.firstBreak || {};

@@ -1,5 +1,6 @@
-"""Issue 16's watcher "done when", through `make dev`'s stack: a plain PutItem over an existing audit row of a
-conversation makes the watcher log the alarm.
+"""Issue 16's "done when", through `make dev`'s stack: the turn's heads sealed in the Object Lock bucket by the
+seal function (on the same stream), then a plain PutItem over an existing audit row of a conversation makes
+`GET /api/audit/verify` answer broken (kind changed) and the watcher log the alarm.
 
 The local stack polls moto's DynamoDB stream of the audit table (devstack/events.py) and invokes
 AuditWatcherFunction's worker pool with the records in the Lambda event shape. The observable is the
@@ -55,6 +56,15 @@ def test_a_plain_put_over_an_audit_row_is_logged_and_counted_by_the_watcher(
     stack.local.pools[WATCHER].close()  # its next worker starts now, writing into capfd's stderr
     turn = stack.chat(7, "Where is my order 1042?")
     conversation = turn["conversationId"]
+    verified: dict[str, Any] = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the seal function reads the stream as the watcher does
+        verified = stack.http.get(f"/api/audit/verify?conversationId={conversation}", headers=stack.lead).json()
+        if verified.get("sealedAt"):
+            break
+        time.sleep(0.25)
+    assert (verified["status"], verified["firstBreak"]) == ("ok", None)
+    assert verified["sealedAt"] and verified["sealedThrough"] >= 1, verified
     table = _audit_table(stack)
     rows = table.query(KeyConditionExpression=Key("stream").eq(conversation), ConsistentRead=True)["Items"]
     assert rows, "the turn's tool call wrote an audit row"
@@ -74,3 +84,7 @@ def test_a_plain_put_over_an_audit_row_is_logged_and_counted_by_the_watcher(
     assert "rewritten by hand" not in seen
     emf = [x for x in _json_lines(seen) if "_aws" in x and "AuditRowsTampered" in x]
     assert emf and all(x["service"] == "audit_watcher" for x in emf)
+
+    verified = stack.http.get(f"/api/audit/verify?conversationId={conversation}", headers=stack.lead).json()
+    assert verified["status"] == "broken"
+    assert verified["firstBreak"] == {"eventId": row["event_id"], "kind": "changed", "stream": conversation}

@@ -135,6 +135,8 @@ def test_only_what_moto_cannot_deploy_is_skipped(stack: Stack) -> None:
         # the dashboard refers to them and to the HTTP API.
         "AWS::CloudWatch::Alarm",
         "AWS::CloudWatch::Dashboard",
+        # moto's CloudFormation does not deploy bucket policies (test_template checks the TLS-only deny).
+        "AWS::S3::BucketPolicy",
     }
     assert "Outputs.ApiUrl" in stack.skipped
     assert "OpsTopic" in stack.physical_ids  # the alarms' topic itself deploys

@@ -2,8 +2,9 @@
 
 The streams are built as the writers build them (`AuditRecord` → `chain` → the Put's item → a read), so the
 rows verified are the rows a query returns. Each tampering is what someone holding PutItem (or a backup
-restore) could do to the stored rows while the owner item's head stays as the writer left it; `verify`
-must find every one, with its kind, and must find nothing in an untouched stream.
+restore) could do to the stored rows while the owner item's head stays as the writer left it, or — someone who
+can write both tables — to the rows and the owner's head together, with the sealed head (S3, Object Lock) out
+of reach; `verify` must find every one, with its kind, and must find nothing in an untouched stream.
 """
 
 from __future__ import annotations
@@ -72,11 +73,44 @@ def rehash(rows: list[dict[str, Any]], start: int) -> None:
         row["hash"] = prev = link_hash(row["n"], row["payload_hash"], prev)
 
 
-Tampering = tuple[list[dict[str, Any]], str, str | None]  # the rows, the kind expected, the event id (if exact)
+# the rows, the kind expected, the event id (if exact); and the owner's head and the sealed head verified against
+Tampering = tuple[list[dict[str, Any]], str, str | None, Head, Head | None]
+
+
+def head_of(row: dict[str, Any]) -> Head:
+    return Head(int(row["n"]), str(row["hash"]), str(row["event_id"]))
 
 
 @st.composite
 def tamperings(draw: st.DrawFn, rows: list[dict[str, Any]], head: Head) -> Tampering:
+    """A tampering of the rows alone (the owner's head as the writer left it; any seal, or none), or of the rows
+    *and* the owner's head (someone who can write both tables), which only a seal at or past the first
+    touched row can show."""
+    last = len(rows) - 1
+    seal = draw(st.none() | st.integers(0, last))
+    sealed = None if seal is None else head_of(rows[seal])
+    what = draw(st.sampled_from(["rewrite_with_head", "truncate_with_head", "rows"]))
+    if what == "rewrite_with_head":  # a row changed, the chain recomputed from it on, and the head moved
+        rows = [dict(r) for r in rows]
+        i = draw(st.integers(0, last))
+        at = draw(st.integers(i, last))  # the newest seal was taken when row `at` was the head
+        sealed = head_of(rows[at])
+        rows[i]["outcome"] = str(rows[i]["outcome"]) + "!"
+        rehash(rows, i)
+        return rows, "changed", rows[at]["event_id"], head_of(rows[-1]), sealed
+    if what == "truncate_with_head":  # the tail cut off and the head moved back to what is left
+        cut = draw(st.integers(1, len(rows)))
+        at = draw(st.integers(len(rows) - cut, last))  # a sealed head among the rows cut
+        kept = rows[:-cut]
+        return kept, "missing", None, head_of(kept[-1]) if kept else Head(), head_of(rows[at])
+    changed, kind, where = draw(row_tamperings(rows, head))
+    return changed, kind, where, head, sealed
+
+
+@st.composite
+def row_tamperings(
+    draw: st.DrawFn, rows: list[dict[str, Any]], head: Head
+) -> tuple[list[dict[str, Any]], str, str | None]:
     rows = [dict(r) for r in rows]
     last = len(rows) - 1
     what = draw(st.sampled_from(["change", "delete", "insert", "swap", "truncate", "rewrite"]))
@@ -140,8 +174,10 @@ def test_every_tampering_is_found_with_its_kind_and_untouched_streams_are_ok(dat
     rows, head = data.draw(streams())
     untouched = verify(rows, head)
     assert (untouched["status"], untouched["firstBreak"], untouched["chainStartsAt"]) == ("ok", None, 1)
-    tampered, kind, where = data.draw(tamperings(rows, head))
-    answer = verify(tampered, head)
+    sealed_row = rows[data.draw(st.integers(0, len(rows) - 1))]  # a seal the stream went through agrees
+    assert verify(rows, head, head_of(sealed_row))["status"] == "ok"
+    tampered, kind, where, tampered_head, sealed = data.draw(tamperings(rows, head))
+    answer = verify(tampered, tampered_head, sealed)
     assert answer["status"] == "broken", (kind, answer)
     assert answer["firstBreak"]["kind"] == kind, (kind, answer)
     if where is not None:

@@ -34,8 +34,11 @@ from moto.core.authorization import enable_iam_authentication
 
 from devstack.stack import Stack
 from support_agent import wiring
+from support_agent.store.audit import AuditStore
+from support_agent.store.audit_seal import SealWriter, newest_heads
 from support_agent.store.dynamo import to_item
 from tests.integration.conftest import Api
+from tests.integration.test_audit_watcher_stream import Stream
 from tests.reliability.figures import count
 from tests.support.scripted import answer, tool_use, tools
 from tests.unit.test_template import granted_pairs
@@ -47,6 +50,7 @@ ITEM_ACTIONS = {
     "ConditionCheck": "ConditionCheckItem",
     "Delete": "DeleteItem",
 }
+S3_ACTIONS = {"ListObjectVersions": "ListBucketVersions", "ListObjectsV2": "ListBucket"}
 SERVICE_PREFIX = {
     "dynamodb": "dynamodb",
     "sqs": "sqs",
@@ -86,6 +90,15 @@ class Recorder:
             for item in params["TransactItems"]:
                 ((kind, body),) = item.items()
                 self.pairs.add((f"dynamodb:{ITEM_ACTIONS[kind]}", self._target(body["TableName"])))
+            return
+        if service == "s3":  # the IAM action (not the API's name) on the bucket or the object's key prefix
+            action = S3_ACTIONS.get(operation, operation)
+            if operation == "GetObject" and params.get("VersionId"):
+                action = "GetObjectVersion"
+            target = self._target(params["Bucket"])
+            if "Key" in params:
+                target += "/heads/*" if str(params["Key"]).startswith("heads/") else f"/{params['Key']}"
+            self.pairs.add((f"s3:{action}", target))
             return
         if "TableName" in params:
             target = self._target(params["TableName"])
@@ -181,6 +194,11 @@ NOT_EXERCISED = {
     ("sqs:ReceiveMessage", "ApprovalQueue"): "event source mapping",
     ("sqs:DeleteMessage", "ApprovalQueue"): "event source mapping",
     ("sqs:GetQueueAttributes", "ApprovalQueue"): "event source mapping",
+    **{
+        (f"dynamodb:{a}", "AuditTable.StreamArn"): "event source mapping"
+        for a in ("DescribeStream", "GetShardIterator", "GetRecords")
+    },
+    ("sqs:SendMessage", "AuditSealDLQ"): "the mapping's on-failure destination (the Lambda service sends)",
 }
 
 
@@ -307,6 +325,14 @@ def test_approvals_function_under_its_own_role(
     api.model.script = [answer("Hello Sam.")]
     sam = api.token("customer-8", "customer", 8)
     assert api.call("POST", "/api/chat", {"conversationId": None, "message": "hi"}, token=sam)[0] == 200
+    # The conversation's head sealed, as the seal function would: verification reads that version.
+    audit_table = stack.physical_ids["AuditTable"]
+    cid = body["conversationId"]
+    seal_rows = AuditStore(boto3.client("dynamodb"), audit_table).list_stream(cid)
+    for stream, head in newest_heads(seal_rows).items():
+        SealWriter(boto3.client("s3"), stack.physical_ids["AuditSealBucket"], lambda: "2026-12-03T00:00:00Z").put(
+            stream, head
+        )
     creds = credentials_for(stack, "ApprovalsFunction")
     monkeypatch.setitem(api.overrides, "APPROVAL_WAIT_SECONDS", "0")
     lead = api.lead()
@@ -411,6 +437,41 @@ def test_payments_function_under_its_own_role(
         refused = {name: denied(call) for name, call in forbidden.items()}
     assert all(refused.values()), refused
     check_pairs(stack, "PaymentsFunction", used)
+
+
+def test_seal_function_under_its_own_role(
+    api: Api, stack: Stack, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit stream's appends sealed; the role can put heads and nothing else: no listing or read of a
+    head, no delete, no read of the audit table. (moto does not authorise PutObjectRetention before acting
+    on it: that the role lacks it is the static evaluator's to prove.)"""
+    reader = Stream(stack.physical_ids["AuditTable"])
+    api.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("ok")]
+    _, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "order 1042?"})
+    event = reader.event()
+    assert event["Records"]
+    bucket = stack.physical_ids["AuditSealBucket"]
+    creds = credentials_for(stack, "AuditSealFunction")
+    with as_function(api, "AuditSealFunction", creds, recorder, monkeypatch):
+        assert api.handlers["AuditSealFunction"](event, None) == {"batchItemFailures": []}
+        s3 = boto3.client("s3")
+        sealed = f"heads/{body['conversationId']}/"
+        forbidden = {
+            "s3:ListBucketVersions": lambda: s3.list_object_versions(Bucket=bucket, Prefix=sealed),
+            "s3:GetObject": lambda: s3.get_object(Bucket=bucket, Key=f"{sealed}x.json"),
+            "s3:DeleteObject": lambda: s3.delete_object(Bucket=bucket, Key=f"{sealed}x.json"),
+            "dynamodb:Query": lambda: boto3.client("dynamodb").query(
+                TableName=stack.physical_ids["AuditTable"],
+                KeyConditionExpression="#s = :s",
+                ExpressionAttributeNames={"#s": "stream"},
+                ExpressionAttributeValues={":s": {"S": body["conversationId"]}},
+            ),
+        }
+        used = set(recorder.pairs)
+        refused = {name: denied(call) for name, call in forbidden.items()}
+    assert all(refused.values()), refused
+    assert used == {("s3:PutObject", "AuditSealBucket/heads/*")}
+    check_pairs(stack, "AuditSealFunction", used)
 
 
 def _order_of(stack: Stack, approval_id: str) -> int:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from devstack.events import stream_event
 from devstack.seed import seed
 from devstack.simulated_model import SimulatedModelServer
 from devstack.simulated_model import start as start_model
@@ -388,3 +389,26 @@ def test_scheduled_payment_functions_run_under_the_runtime(invoke: Any, logical_
     """The payment sweep and the reconciliation import and run as built, on the template's default provider."""
     done = invoke(logical_id, event_from("schedule.json"))
     assert isinstance(done.result, dict) and done.result.get("errors", 0) == 0, done.result
+
+
+def test_audit_seal_function_seals_the_turns_heads_under_the_runtime(
+    chat_turn: tuple[Invocation, dict[str, Any]], invoke: Any, local_aws: LocalAws
+) -> None:
+    """The audit table's stream, read from the moto server as the mapping reads it, sealed by the built function
+    into the bucket the local stack locked (versioning and Object Lock applied after the deploy)."""
+    ddb, streams = local_aws.client("dynamodb"), local_aws.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=local_aws.table("AuditTable"))["Table"]["LatestStreamArn"]
+    records: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")
+        records += streams.get_records(ShardIterator=iterator["ShardIterator"], Limit=1000)["Records"]
+    assert records, "the turn appended audit rows"
+    done = invoke("AuditSealFunction", stream_event(records, arn))
+    assert done.result == {"batchItemFailures": []}
+    conversation = chat_turn[1]["conversationId"]
+    s3, bucket = local_aws.client("s3"), local_aws.table("AuditSealBucket")
+    versions = s3.list_object_versions(Bucket=bucket, Prefix=f"heads/{conversation}/").get("Versions", [])
+    assert len(versions) == 1
+    with pytest.raises(s3.exceptions.ClientError) as refused:  # locked by the bucket's default retention
+        s3.delete_object(Bucket=bucket, Key=versions[0]["Key"], VersionId=versions[0]["VersionId"])
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"

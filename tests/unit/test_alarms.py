@@ -29,6 +29,7 @@ FUNCTIONS = (
     "PaymentSweepFunction",
     "ReconcileFunction",
     "AuditWatcherFunction",
+    "AuditSealFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
@@ -64,6 +65,7 @@ EMITTED_BY = {
     obs.OLDEST_UNSETTLED_REFUND_AGE: "payment_sweep",
     obs.RECONCILIATION_DIFFERENCES: "reconcile",
     obs.AUDIT_ROWS_TAMPERED: "audit_watcher",
+    obs.AUDIT_SEAL_FAILURES: "audit_seal",
 }
 
 # name -> (namespace, metric, dimensions, statistic, period, threshold, comparison, evaluation periods)
@@ -147,6 +149,28 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         "AWS/SQS",
         "ApproximateNumberOfMessagesVisible",
         [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["AuditWatcherDLQ", "QueueName"]}}],
+        "Maximum",
+        300,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    # One head not sealed is enough to look (it is replayed; the alarm says whether replays succeed).
+    "AuditSealFailedAlarm": (
+        "SupportAgent",
+        obs.AUDIT_SEAL_FAILURES,
+        [{"Name": "service", "Value": "audit_seal"}],
+        "Sum",
+        300,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    # A batch of the audit stream the seal function gave up on: those heads were never sealed.
+    "AuditSealDLQAlarm": (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["AuditSealDLQ", "QueueName"]}}],
         "Maximum",
         300,
         0,
@@ -292,8 +316,8 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             assert spec["Dimensions"] == [{"Name": "service", "Value": EMITTED_BY[spec["MetricName"]]}]
             checked += 1
     # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge,
-    # ReconciliationDifferences and AuditRowsTampered
-    assert checked == 6
+    # ReconciliationDifferences, AuditRowsTampered and AuditSealFailures
+    assert checked == 7
 
 
 def test_namespace_matches_the_functions_environment(sam: dict[str, Any]) -> None:

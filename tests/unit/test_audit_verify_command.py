@@ -13,7 +13,16 @@ def test_one_line_per_stream_then_the_overall_status() -> None:
     answer = {
         "status": "broken",
         "streams": [
-            {"stream": "conv_1", "rows": 3, "status": "ok", "firstBreak": None, "chainStartsAt": 1, "unchained": 2},
+            {
+                "stream": "conv_1",
+                "rows": 3,
+                "status": "ok",
+                "firstBreak": None,
+                "chainStartsAt": 1,
+                "unchained": 2,
+                "sealedAt": "2026-12-03T10:00:00Z",
+                "sealedThrough": 1,
+            },
             {
                 "stream": "refund#apr_1",
                 "rows": 2,
@@ -21,12 +30,14 @@ def test_one_line_per_stream_then_the_overall_status() -> None:
                 "firstBreak": {"eventId": "01J9", "kind": "changed"},
                 "chainStartsAt": 1,
                 "unchained": 0,
+                "sealedAt": None,
+                "sealedThrough": None,
             },
         ],
     }
     assert audit_verify.lines(answer) == [
-        "conv_1: 3 row(s)  ok  from n=1  (2 row(s) before the chain)",
-        "refund#apr_1: 2 row(s)  broken  changed at 01J9  from n=1",
+        "conv_1: 3 row(s)  ok  from n=1  (2 row(s) before the chain)  sealed through n=1 at 2026-12-03T10:00:00Z",
+        "refund#apr_1: 2 row(s)  broken  changed at 01J9  from n=1  not sealed",
         "overall: broken",
     ]
 

@@ -234,6 +234,41 @@ def test_audit_table_is_append_only_and_kept(cfn: dict[str, Any]) -> None:
     assert audit["UpdateReplacePolicy"] == "Retain"
 
 
+def test_sealed_heads_bucket_is_locked_in_compliance_mode_and_kept(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    bucket = cfn["Resources"]["AuditSealBucket"]
+    props = bucket["Properties"]
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    assert props["ObjectLockEnabled"] is True
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert props["ObjectLockConfiguration"] == {
+        "ObjectLockEnabled": "Enabled",
+        "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": {"Ref": "AuditSealRetentionDays"}}},
+    }
+    assert sam["Parameters"]["AuditSealRetentionDays"]["Default"] == 400
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    (deny,) = cfn["Resources"]["AuditSealBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
+
+
+def test_seal_and_watcher_each_map_the_audit_stream(cfn: dict[str, Any]) -> None:
+    audit = cfn["Resources"]["AuditTable"]["Properties"]
+    assert audit["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    mappings = {
+        m["Properties"]["FunctionName"]["Ref"]: m["Properties"]
+        for m in cfn["Resources"].values()
+        if m["Type"] == "AWS::Lambda::EventSourceMapping"
+        and m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["AuditTable", "StreamArn"]}
+    }
+    assert set(mappings) == {"AuditWatcherFunction", "AuditSealFunction"}
+    seal = mappings["AuditSealFunction"]
+    assert seal["FilterCriteria"] == {"Filters": [{"Pattern": '{"eventName": ["INSERT"]}'}]}
+    assert seal["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert seal["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["AuditSealDLQ", "Arn"]}
+    assert "FilterCriteria" not in mappings["AuditWatcherFunction"]  # the watcher must see MODIFY and REMOVE
+    env = cfn["Resources"]["ApprovalsFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["AUDIT_SEAL_BUCKET"] == {"Ref": "AuditSealBucket"}
+
+
 def test_approval_queue_has_a_dead_letter_queue(cfn: dict[str, Any]) -> None:
     queue = cfn["Resources"]["ApprovalQueue"]["Properties"]
     dlq = cfn["Resources"]["ApprovalDLQ"]["Properties"]
@@ -413,6 +448,13 @@ ALLOWED: dict[str, set[Pair]] = {
         *{(f"dynamodb:{a}", "AuditTable.StreamArn") for a in ("DescribeStream", "GetShardIterator", "GetRecords")},
         ("sqs:SendMessage", "AuditWatcherDLQ"),
     },
+    # The seal function reads the audit table's stream and puts heads: no read of the bucket, no delete, no
+    # retention or configuration change, no table access.
+    "AuditSealFunction": {
+        *{(f"dynamodb:{a}", "AuditTable.StreamArn") for a in ("DescribeStream", "GetShardIterator", "GetRecords")},
+        ("s3:PutObject", "AuditSealBucket/heads/*"),
+        ("sqs:SendMessage", "AuditSealDLQ"),
+    },
     # Reconciliation reads only: ledger rows by creation time (the index, no Scan), a row by its key, the
     # Stripe key. No write of any kind.
     "ReconcileFunction": {
@@ -440,6 +482,9 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "AuditTable"),
         ("dynamodb:Query", "AuditTable/index/by_customer"),
         ("states:StartExecution", "ref:RefundFlow"),
+        # Audit verification: the latest sealed head (its versions listed under the heads/ prefix, one read).
+        ("s3:ListBucketVersions", "AuditSealBucket"),
+        ("s3:GetObjectVersion", "AuditSealBucket/heads/*"),
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
@@ -511,6 +556,10 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
     "PaymentsWebhookFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "AuditSealFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
@@ -635,7 +684,10 @@ def test_role_statements_have_a_policy_version(cfn: dict[str, Any]) -> None:
 def test_forbidden_grants(cfn: dict[str, Any], function_id: str) -> None:
     granted = granted_pairs(cfn, function_id)
     for action, target in granted:
-        assert "*" not in action and "*" not in target, (action, target)
+        # The one wildcard: the sealed heads' key prefix in the seal bucket.
+        assert "*" not in action and "*" not in target.removesuffix("/heads/*"), (action, target)
+        if target.startswith("AuditSealBucket"):  # sealed heads: put (the seal function) or read, nothing else
+            assert action in ("s3:PutObject", "s3:GetObjectVersion", "s3:ListBucketVersions"), (action, target)
         assert is_iam_action(action), f"{action} is not an IAM action"
         assert action not in {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
         if target == "AuditTable.StreamArn":  # the table's change stream: read it, nothing else

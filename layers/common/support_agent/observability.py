@@ -82,6 +82,8 @@ RECONCILIATION_DIFFERENCES = "ReconciliationDifferences"
 OLDEST_UNSETTLED_REFUND_AGE = "OldestUnsettledRefundAge"
 # Audit rows modified or removed, as the audit table's stream shows them (the trail is append-only: 0 always).
 AUDIT_ROWS_TAMPERED = "AuditRowsTampered"
+# Stream heads the seal function could not put in the Object Lock bucket (each is replayed from the stream).
+AUDIT_SEAL_FAILURES = "AuditSealFailures"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -110,6 +112,7 @@ METRICS: dict[str, str] = {
     RECONCILIATION_DIFFERENCES: MetricUnit.Count.value,
     OLDEST_UNSETTLED_REFUND_AGE: MetricUnit.Seconds.value,
     AUDIT_ROWS_TAMPERED: MetricUnit.Count.value,
+    AUDIT_SEAL_FAILURES: MetricUnit.Count.value,
 }
 
 

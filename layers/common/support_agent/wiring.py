@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from support_agent.payments.webhook import StripeWebhooks
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
+    from support_agent.store.audit_seal import SealWriter
     from support_agent.store.conversations import ConversationStore
     from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.erasure import ConversationEraser
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from support_agent.store.ratelimit import RateLimiter
     from support_agent.tools.registry import ToolRegistry
 
-Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager"]
+Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager", "s3"]
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ def build_lead_services(
     from support_agent.payments.factory import lazy_provider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
+    from support_agent.store.audit_seal import SealReader
     from support_agent.store.erasure import ConversationEraser
     from support_agent.store.handoffs import HandoffStore
 
@@ -185,6 +187,7 @@ def build_lead_services(
             settings.conversations_table,
             settings.approvals_table,
             settings.customer_data_table,
+            SealReader(_lazy("s3"), settings.audit_seal_bucket) if settings.audit_seal_bucket else None,
         ),
         ConversationEraser(
             ddb, settings.conversations_table, settings.audit_table, time.time, utc_now, settings.lease_seconds
@@ -336,6 +339,12 @@ class _Root:
         return StripeWebhooks(settler.ledger, settler, settings.customer_data_table, secrets)
 
     @cached_property
+    def seal_writer(self) -> SealWriter:
+        from support_agent.store.audit_seal import SealWriter
+
+        return SealWriter(self.client("s3"), get_settings().audit_seal_bucket, utc_now)
+
+    @cached_property
     def authenticator(self) -> Authenticator:
         """Kept while warm, so the JWKS cache survives across invocations."""
         from support_agent.auth import Authenticator
@@ -373,6 +382,10 @@ def payment_sweeper() -> PaymentSweeper:
 
 def reconciler() -> Reconciler:
     return _root.reconciler
+
+
+def seal_writer() -> SealWriter:
+    return _root.seal_writer
 
 
 def authenticator() -> Authenticator:

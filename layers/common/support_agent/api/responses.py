@@ -245,6 +245,9 @@ class AuditStreamCheck(_Shape):
     chainStartsAt: int | None = Field(..., description="n of the stream's first hashed row (null: none)")
     unchained: int = Field(..., description="Rows written before the chain began (not covered by it)")
     sealedAt: str | None = Field(..., description="When the head was last sealed to S3 (null: not sealed)")
+    sealedThrough: int | None = Field(
+        ..., description="n of the latest sealed head; rows after it rest on the owner's head until sealed"
+    )
 
 
 class AuditVerification(AuditStreamCheck):

@@ -7,12 +7,15 @@ Rows are only ever written as part of the transaction that does the audited thin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from support_agent.ids import ulid
 from support_agent.store.audit_chain import VERSION as CHAIN_VERSION
 from support_agent.store.audit_chain import Head, verify
 from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, put_new, to_item, to_values
+
+if TYPE_CHECKING:
+    from support_agent.store.audit_seal import SealReader
 
 AUDIT_PAYLOAD_MAX_CHARS = 4000
 
@@ -105,8 +108,10 @@ class AuditStore:
         conversations_table: str = "",
         approvals_table: str = "",
         customer_table: str = "",
+        seals: SealReader | None = None,
     ) -> None:
         self._db = client
+        self._seals = seals  # the sealed heads (store/audit_seal.py); None: no seal bucket configured
         self.table = table
         # Where the streams' heads live (verification only): header, approval/hand-off item, ledger row.
         self._conversations = conversations_table
@@ -172,10 +177,18 @@ class AuditStore:
         return None if item is None else Head.of(item)
 
     def verify_stream(self, stream: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """``{"stream", "rows", "status", "firstBreak", "chainStartsAt", "unchained", "sealedAt"}``."""
+        """``{"stream", "rows", "status", "firstBreak", "chainStartsAt", "unchained", "sealedAt",
+        "sealedThrough"}``: the chain against its owner's head and its latest sealed head."""
         rows = self.list_stream(stream) if rows is None else rows
         head = self.head(stream, rows)
-        return {"stream": stream, **verify(rows, head or Head()), "sealedAt": None}
+        seal = self._seals.latest(stream) if self._seals is not None else None
+        answer = verify(rows, head or Head(), seal.head if seal else None)
+        return {
+            "stream": stream,
+            **answer,
+            "sealedAt": seal.sealed_at if seal else None,
+            "sealedThrough": seal.head.n if seal else None,
+        }
 
     def verify_trail(self, stream: str) -> dict[str, Any]:
         """``stream`` verified with every stream it names: its own answer, ``status`` broken when any stream

@@ -146,8 +146,8 @@ def _broken(row: Mapping[str, Any] | None, kind: BreakKind) -> dict[str, Any]:
     return {"eventId": None if row is None else str(row.get("event_id")), "kind": kind}
 
 
-def verify(rows: Sequence[Mapping[str, Any]], head: Head) -> dict[str, Any]:
-    """Recompute a stream (all its rows, any order) against its owner's head.
+def verify(rows: Sequence[Mapping[str, Any]], head: Head, sealed: Head | None = None) -> dict[str, Any]:
+    """Recompute a stream (all its rows, any order) against its owner's head and its latest sealed head.
 
     ``{"rows", "status": "ok" | "broken", "firstBreak": {"eventId", "kind"} | None, "chainStartsAt",
     "unchained"}``. Rows are read in key (``event_id``) order; the first break found is reported:
@@ -155,6 +155,11 @@ def verify(rows: Sequence[Mapping[str, Any]], head: Head) -> dict[str, Any]:
     beyond the last row (the tail cut off) → ``missing``; a duplicate ``n``, a row without ``n`` after
     the chain started, or a row beyond the head → ``inserted``; ``n`` out of key order → ``reordered``;
     the last row's hash not the head's (the chain rewritten from some row on) → ``changed``.
+
+    ``sealed`` (store/audit_seal.py) is out of reach of whoever can write the table: a chain rewritten from
+    some row on *with* its owner's head still fails there — the sealed position's row hashing otherwise →
+    ``changed`` (reported at that row: the rewrite began at or before it), no row at that position →
+    ``missing``. Rows after the sealed head are covered by the owner's head alone until they are sealed.
     """
     ordered = sorted(rows, key=lambda r: str(r.get("event_id")))
     first = next((i for i, r in enumerate(ordered) if r.get("n") is not None), None)
@@ -169,8 +174,9 @@ def verify(rows: Sequence[Mapping[str, Any]], head: Head) -> dict[str, Any]:
     def broken(row: Mapping[str, Any] | None, kind: BreakKind) -> dict[str, Any]:
         return {**result, "status": "broken", "firstBreak": _broken(row, kind)}
 
+    sealed = sealed or Head()
     if first is None:
-        return broken(ordered[-1] if ordered else None, "missing") if head.n else result
+        return broken(ordered[-1] if ordered else None, "missing") if head.n or sealed.n else result
     chained = ordered[first:]
     later_ns = [r.get("n") for r in chained]
     expected, prev, last = 1, "", None
@@ -199,4 +205,10 @@ def verify(rows: Sequence[Mapping[str, Any]], head: Head) -> dict[str, Any]:
         return broken(last, "missing")
     if head.hash != prev:
         return broken(last, "changed")
+    if sealed.n:
+        at_seal = next((r for r in chained if int(r["n"]) == sealed.n), None)
+        if at_seal is None:
+            return broken(last, "missing")
+        if at_seal.get("hash") != sealed.hash:
+            return broken(at_seal, "changed")
     return result

@@ -1,0 +1,110 @@
+"""Sealed heads (store/audit_seal.py) against moto's S3: keys sort newest first, a batch seals each stream's
+newest head once, a failed put reports the stream's first record, and the reader takes the newest version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain
+from support_agent.store.audit_seal import Seal, SealReader, SealWriter, key, newest_heads, seal_records
+
+BUCKET = "sealed-heads"
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET, ObjectLockEnabledForBucket=True)
+        client.put_object_lock_configuration(
+            Bucket=BUCKET,
+            ObjectLockConfiguration={
+                "ObjectLockEnabled": "Enabled",
+                "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 1}},
+            },
+        )
+        yield client
+
+
+def writer(s3: Any) -> SealWriter:
+    return SealWriter(s3, BUCKET, lambda: "2026-12-03T10:00:00Z")
+
+
+def inserts(stream: str, count: int, first_seq: int = 100) -> list[dict[str, Any]]:
+    """The stream records of `count` chained rows of one stream, as Lambda delivers them."""
+    records = [
+        AuditRecord(stream, "tool_call", "customer-7", "ok", 7, "t", event_id=f"01J{i:023d}") for i in range(count)
+    ]
+    chained, _ = chain(Head(), records)
+    return [
+        {
+            "eventName": "INSERT",
+            "dynamodb": {"NewImage": r.put("Audit")["Put"]["Item"], "SequenceNumber": str(first_seq + i)},
+        }
+        for i, r in enumerate(chained)
+    ]
+
+
+def test_keys_sort_newest_first() -> None:
+    assert sorted([key("conv_a", 9), key("conv_a", 10), key("conv_a", 1)]) == [
+        key("conv_a", 10),
+        key("conv_a", 9),
+        key("conv_a", 1),
+    ]
+    with pytest.raises(ValueError):
+        key("conv_a", 0)
+
+
+def test_newest_heads_skip_rows_before_the_chain() -> None:
+    rows = [
+        {"stream": "a", "event_id": "1"},  # written before the chain: no n
+        {"stream": "a", "event_id": "2", "n": 1, "hash": "h1"},
+        {"stream": "a", "event_id": "3", "n": 2, "hash": "h2"},
+        {"stream": "b", "event_id": "4", "n": 5, "hash": "h5"},
+    ]
+    assert newest_heads(reversed(rows)) == {"a": Head(2, "h2", "3"), "b": Head(5, "h5", "4")}
+
+
+def test_a_batch_seals_each_streams_newest_head_and_skips_changes(s3: Any) -> None:
+    records = inserts("conv_a", 3) + inserts("approval#x", 2, first_seq=200)
+    records.append({"eventName": "MODIFY", "dynamodb": {"NewImage": records[0]["dynamodb"]["NewImage"]}})
+    assert seal_records(records, writer(s3)) == []
+    listed = s3.list_object_versions(Bucket=BUCKET)["Versions"]
+    assert sorted(v["Key"] for v in listed) == sorted([key("conv_a", 3), key("approval#x", 2)])
+    sealed = SealReader(s3, BUCKET).latest("conv_a")
+    assert sealed is not None and sealed.head.n == 3 and sealed.sealed_at == "2026-12-03T10:00:00Z"
+    newest = records[2]["dynamodb"]["NewImage"]
+    assert sealed.head == Head(3, newest["hash"]["S"], newest["event_id"]["S"])
+
+
+def test_a_failed_put_reports_its_streams_first_record(s3: Any) -> None:
+    class Refusing(SealWriter):
+        def put(self, stream: str, head: Head) -> Seal:
+            if stream == "approval#x":
+                raise RuntimeError("S3 said no")
+            return super().put(stream, head)
+
+    records = inserts("conv_a", 2) + inserts("approval#x", 3, first_seq=200)
+    assert seal_records(records, Refusing(s3, BUCKET, lambda: "t")) == ["200"]
+    assert SealReader(s3, BUCKET).latest("conv_a") is not None
+    assert SealReader(s3, BUCKET).latest("approval#x") is None
+
+
+def test_the_reader_takes_the_newest_head_and_only_its_own_stream(s3: Any) -> None:
+    w = writer(s3)
+    w.put("conv_a", Head(4, "h4", "e4"))
+    w.put("conv_a", Head(9, "h9", "e9"))
+    w.put("conv_a", Head(7, "h7", "e7"))  # arrives late: the seal does not go back
+    w.put("conv_a/b", Head(12, "x", "y"))  # a name that continues ours past a "/"
+    reader = SealReader(s3, BUCKET)
+    assert reader.latest("conv_a") == Seal("conv_a", Head(9, "h9", "e9"), "2026-12-03T10:00:00Z")
+    assert reader.latest("conv_b") is None
+    s3.delete_object(Bucket=BUCKET, Key=key("conv_a", 9))  # a delete marker hides the key, not the version
+    assert reader.latest("conv_a") == Seal("conv_a", Head(9, "h9", "e9"), "2026-12-03T10:00:00Z")
