@@ -36,6 +36,14 @@ class Call:
         key = p.get("Key") or p.get("Item") or {}
         if str(key.get("conversation_id", {}).get("S", "")).startswith("rate#"):
             return "rate_limit"
+        if op == "TransactWriteItems":  # a turn's claim: its record first (and its idempotency key)
+            (first,) = p["TransactItems"][0].values()
+            if str((first.get("Item") or first.get("Key") or {}).get("conversation_id", {}).get("S", "")).startswith(
+                "turn#"
+            ):
+                return "turn_claim"
+        if str(key.get("conversation_id", {}).get("S", "")).startswith(("turn#", "idem#")):
+            return "turn_record"  # the answer stored on the record (or a key read or released)
         expression = str(p.get("UpdateExpression", ""))
         if op == "UpdateItem" and "lease_owner" in expression:
             return "lease_release" if expression.startswith("REMOVE") else "lease_acquire"

@@ -1,8 +1,9 @@
 """AWS requests per chat turn, counted with botocore event hooks on the deployed template (ARCHITECTURE.md).
 
-Per turn: one lease update and one lease release, one query for the history, at most two
-TransactWriteItems per iteration (the write-ahead and the results), one read per read-only tool
-call — and no item anywhere near DynamoDB's 400 KB limit, whatever the tools return.
+Per turn: the turn record claimed (one TransactWriteItems) and its answer stored (one UpdateItem), one lease
+update and one lease release, one query for the history, at most two TransactWriteItems per iteration (the
+write-ahead and the results), one read per read-only tool call — and no item anywhere near DynamoDB's
+400 KB limit, whatever the tools return.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def check_turn(calls: list[Call], iterations: int, read_only_tool_calls: int, ne
     tool_reads = [c for c in calls if c.kind.startswith("read:") and "CustomerData" in c.table]
     assert len(tool_reads) == read_only_tool_calls
     assert k["rate_limit"] <= 1
+    assert (k["turn_claim"], k["turn_record"]) == (1, 1)  # the turn's record claimed, then its answer stored
     known = {"lease_acquire", "lease_release", "history_query", "transact_write", "rate_limit"}
+    known |= {"turn_claim", "turn_record"}
     others = {kind: n for kind, n in k.items() if kind not in known and not kind.startswith("read:")}
     assert others == {}, f"unexpected AWS calls in a read-only turn: {others}"
     assert not [c for c in calls if c.operation == "Scan"]
@@ -135,7 +138,7 @@ def test_huge_tool_output_stays_far_below_the_item_limit(counted: tuple[Api, Cal
     )
     assert status == 200, body
     calls = counter.since(mark)
-    results = [c for c in calls if c.operation == "TransactWriteItems"][1]
+    results = [c for c in calls if c.kind == "transact_write"][1]  # the second after the claim: the results
     # 8 results of ~80 KB each, fenced and truncated to 4000 characters; audit rows clipped likewise
     assert 8 * 4000 < largest_item([results]) == largest_item(calls) < 48 * 1024
     assert results.wire_bytes < 160 * 1024

@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from support_agent.store.dynamo import to_item
+from support_agent.store.dynamo import from_item, to_item
 
 
 def cancelled(codes: list[str]) -> ClientError:
@@ -41,7 +41,15 @@ class RecordingDynamo:
         return {"Item": to_item(item)} if item else {}
 
     def query(self, **kwargs: Any) -> dict[str, Any]:
-        return {"Items": [to_item(i) for i in self.queries.get(kwargs.get("IndexName") or kwargs["TableName"], [])]}
+        items = self.queries.get(kwargs.get("IndexName") or kwargs["TableName"], [])
+        # The partition key's equality (``name = :value``, the first clause) is honoured: a canned item of
+        # another partition (a conversation's messages, asked for its turn records) is not returned.
+        first = str(kwargs.get("KeyConditionExpression", "")).split(" AND ")[0].split(" = ")
+        values = kwargs.get("ExpressionAttributeValues") or {}
+        if len(first) == 2 and first[0].strip() in {k for i in items for k in i} and first[1].strip() in values:
+            name, wanted = first[0].strip(), from_item({"v": values[first[1].strip()]})["v"]
+            items = [i for i in items if i.get(name) == wanted]
+        return {"Items": [to_item(i) for i in items]}
 
     def update_item(self, **kwargs: Any) -> dict[str, Any]:
         self.updates.append(kwargs)

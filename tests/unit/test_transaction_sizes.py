@@ -22,6 +22,7 @@ from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
 from support_agent.store.ledger import Outcome, RefundLedger
 from support_agent.store.refunds import RefundRequest, RefundWriter
+from support_agent.store.turns import TurnStore
 from tests.support.harness import Crash, Harness, make_harness
 from tests.support.ledger import direct_row, ledger_item
 from tests.support.recording import RecordingDynamo
@@ -40,6 +41,7 @@ COVERED = {
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
+    "store/turns.py": 1,  # a turn's claim (record + key): test_turn_claim
 }
 
 
@@ -194,3 +196,14 @@ def test_erasure_chunks() -> None:
     assert len(sizes) > 1 and max(sizes) <= DYNAMODB_LIMIT, sizes
     assert sizes[-1] == 2  # the run's summary: its record item (the erasure stream's head) and its row
     assert sum(size - 2 for size in sizes) == len(rows)  # each chunk: its tombstones + header + audit row
+
+
+def test_turn_claim() -> None:
+    """A turn's record and its idempotency key, claimed together: two items, whatever the request."""
+    db = RecordingDynamo()
+    TurnStore(db, "Conversations").claim(
+        7, "k" * 255, "f", CID, False, "m" * 4000, now="t", now_epoch=0, running_seconds=60
+    )
+    TurnStore(db, "Conversations").claim(7, None, "f", CID, False, "m", now="t", now_epoch=0, running_seconds=60)
+    assert [len(t) for t in db.transactions] == [2, 1]
+    assert len(db.transactions) == 2 * COVERED["store/turns.py"]

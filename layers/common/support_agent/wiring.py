@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from support_agent.store.erasure import ConversationEraser
     from support_agent.store.handoffs import HandoffStore
     from support_agent.store.ratelimit import RateLimiter
+    from support_agent.store.turns import TurnStore
     from support_agent.tools.registry import ToolRegistry
 
 Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager", "s3"]
@@ -60,6 +61,7 @@ class ChatServices:
     limiter: RateLimiter
     read_limiter: RateLimiter
     payments: PaymentProvider  # lazy: built on the first refund call (payments/factory.py)
+    turns: TurnStore  # turn records and idempotency keys (store/turns.py)
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,7 @@ def build_chat_services(
     from support_agent.store.conversations import ConversationStore
     from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.ratelimit import RateLimiter
+    from support_agent.store.turns import TurnStore
 
     ddb = client("dynamodb") if ddb is None else ddb
     sqs = _lazy("sqs") if sqs is None else sqs
@@ -152,6 +155,7 @@ def build_chat_services(
         RateLimiter(ddb, settings.conversations_table, settings.turns_per_minute),
         RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
         payments=payments,
+        turns=TurnStore(ddb, settings.conversations_table),
     )
 
 

@@ -120,11 +120,16 @@ class Agent:
         message: str,
         request_id: str,
         deadline: Deadline,
+        *,
+        new_id: str | None = None,
+        stored: Callable[[], None] | None = None,
     ) -> TurnResult:
+        """``new_id``: the id a new conversation gets (allocated with the turn's record, so that a resend
+        cannot start a second one). ``stored`` is called once, at the turn's first write."""
         lease_until = int(self.clock()) + self.settings.lease_seconds
         if conversation_id is None:
             # Nothing is stored until the first write-ahead: a turn that fails before it leaves no trace.
-            conversation_id = new_conversation_id()
+            conversation_id = new_id or new_conversation_id()
             header = self.conversations.new_header(conversation_id, customer_id, self.now())
             unsaved_lease: int | None = lease_until
         else:
@@ -141,7 +146,7 @@ class Agent:
                 raise
         obs.logger.append_keys(conversation_id=conversation_id)  # on every log line from here on
         try:
-            turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease)
+            turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease, stored)
             return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, request_id)
@@ -159,8 +164,10 @@ class _Turn:
         request_id: str,
         deadline: Deadline,
         unsaved_lease: int | None,
+        stored: Callable[[], None] | None = None,
     ) -> None:
         self.agent = agent
+        self.first_write = stored  # called once, at the first write (then None)
         self.settings = agent.settings
         self.principal = principal
         self.customer_id = customer_id
@@ -204,6 +211,9 @@ class _Turn:
         self.audit_head = audit_head
         self.unsaved_lease = None
         self.next_seq += len(messages)
+        first_write, self.first_write = self.first_write, None
+        if first_write is not None:
+            first_write()
         return stored
 
     def _ctx(self, seq: int, tool_use_id: str) -> ToolContext:

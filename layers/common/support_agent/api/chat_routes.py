@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from support_agent.api import pagination
-from support_agent.api.responses import ChatResponse, ConversationList, ConversationView, Health, responses
-from support_agent.api.views import conversation_summary, conversation_view
+from support_agent.api.contract import error_body, status_and_code
+from support_agent.api.http import json_response
+from support_agent.api.responses import (
+    ChatResponse,
+    ConversationList,
+    ConversationView,
+    Health,
+    TurnRunning,
+    TurnView,
+    responses,
+)
+from support_agent.api.views import conversation_summary, conversation_view, turn_view
 from support_agent.auth import require_customer
-from support_agent.errors import InvalidRequest, NotFound, TooLarge
-from support_agent.ids import CONVERSATION_ID
+from support_agent.clock import utc_now
+from support_agent.errors import Conflict, InvalidRequest, NotFound, ServiceError, TooLarge
+from support_agent.ids import CONVERSATION_ID, new_conversation_id
 from support_agent.messages import Deadline
 from support_agent.payments.vocabulary import customer_status
+from support_agent.store.turns import IDEMPOTENCY_KEY, Turn, fingerprint
 from support_agent.wiring import ChatServices, chat_services
 
 router = APIGatewayHttpRouter()
@@ -30,6 +44,9 @@ class ChatRequest(BaseModel):
     conversationId: str | None = Field(None, pattern=CONVERSATION_ID.pattern)
     # Not blank, stated in the schema: at least one character that str.strip() would keep.
     message: str = Field(..., min_length=1, pattern=NOT_BLANK)
+
+
+READS = "At most READS_PER_MINUTE reads of conversations per customer per minute (429 `rate_limited`)."
 
 
 def _principal() -> Any:
@@ -51,12 +68,21 @@ def _deadline(context: Any, limit: float, reserve: float) -> Deadline:
     summary="Run one chat turn",
     description=(
         "The customer comes from the token, never the body. At most TURNS_PER_MINUTE turns per customer "
-        "per minute (429 `rate_limited`); one turn at a time per conversation (409)."
+        "per minute (429 `rate_limited`); one turn at a time per conversation (409). With an `Idempotency-Key` "
+        "(1 to 255 visible ASCII characters, kept 24 hours per customer) a resent request gets the turn's answer "
+        "again (`Idempotent-Replayed: true`; 202 while it still runs) without running it twice; the same key with "
+        "another body is a 422 `idempotency_key_reused`."
     ),
-    responses=responses(ChatResponse, 400, 401, 403, 404, 409, 413, 429, 502, 503),
+    responses={
+        **responses(ChatResponse, 400, 401, 403, 404, 409, 413, 422, 429, 502, 503),
+        202: {
+            "description": "A resend while the turn still runs: its record is at Location",
+            "content": {"application/json": {"model": TurnRunning}},
+        },
+    },
     tags=["customer"],
 )
-def chat(body: ChatRequest) -> dict[str, Any]:
+def chat(body: ChatRequest) -> Any:
     services = chat_services()
     s = services.settings
     customer_id = require_customer(_principal())
@@ -64,19 +90,56 @@ def chat(body: ChatRequest) -> dict[str, Any]:
         raise InvalidRequest("message: must not be blank")
     if len(body.message) > s.max_message_chars:
         raise TooLarge(f"message is longer than {s.max_message_chars} characters")
-    services.limiter.take(customer_id)  # before the lease and the model: a refused turn costs nothing
     event = router.current_event
+    key = (event.headers or {}).get("idempotency-key")
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
+        raise InvalidRequest("Idempotency-Key: 1 to 255 visible ASCII characters")
+    print_ = fingerprint(body.conversationId, body.message)
+    now_epoch = int(time.time())
+    if key is not None:  # before the rate limit: a resend costs no token and runs nothing
+        existing = services.turns.by_key(customer_id, key, print_, now_epoch)
+        if existing is not None:
+            return replay(existing, now_epoch)
+    services.limiter.take(customer_id)  # before the lease and the model: a refused turn costs nothing
     request_id = event.request_context.request_id or "local"
-    result = services.agent.run_turn(
-        _principal(),
+    new_id = None if body.conversationId else new_conversation_id()
+    claim = services.turns.claim(
         customer_id,
-        body.conversationId,
+        key,
+        print_,
+        body.conversationId or str(new_id),
+        new_id is not None,
         body.message,
-        request_id,
-        _deadline(router.lambda_context, s.turn_deadline_seconds, s.persist_reserve_seconds),
+        now=utc_now(),
+        now_epoch=now_epoch,
+        running_seconds=int(s.turn_deadline_seconds) + s.lease_seconds,
     )
+    if claim.turn is None:  # a concurrent request with this key claimed it first
+        assert claim.existing is not None
+        return replay(claim.existing, now_epoch)
+    turn = claim.turn
+    stored: list[bool] = []
+    try:
+        result = services.agent.run_turn(
+            _principal(),
+            customer_id,
+            body.conversationId,
+            body.message,
+            request_id,
+            _deadline(router.lambda_context, s.turn_deadline_seconds, s.persist_reserve_seconds),
+            new_id=new_id,
+            stored=lambda: stored.append(True),
+        )
+    except ServiceError as exc:
+        status, _code = status_and_code(exc)
+        if stored:  # the history moved: a resend gets this answer, not a second turn
+            services.turns.finish(turn, status, error_body(exc), utc_now())
+        else:  # refused before anything was stored: the key is free again
+            services.turns.release(turn, key, status, error_body(exc), utc_now())
+        raise
     out: dict[str, Any] = {
         "conversationId": result.conversation_id,
+        "turnId": turn.turn_id,
         "reply": result.reply,
         "stopReason": result.stop_reason,
         "iterations": result.iterations,
@@ -87,10 +150,38 @@ def chat(body: ChatRequest) -> dict[str, Any]:
     }
     if s.transparency == "verbose":
         out["trace"] = result.trace
+    services.turns.finish(turn, 200, out, utc_now())
     return out
 
 
-READS = "At most READS_PER_MINUTE reads of conversations per customer per minute (429 `rate_limited`)."
+def _turn_location(turn: Turn) -> str:
+    return f"/api/conversations/{turn.conversation_id}/turns/{turn.turn_id}"
+
+
+def replay(turn: Turn, now_epoch: int) -> Response[Any]:
+    """The answer a resend gets: the turn's own answer again, or 202 while it runs."""
+    if turn.status == "running" and not turn.interrupted(now_epoch):
+        body = {"conversationId": turn.conversation_id, "turnId": turn.turn_id, "status": "running"}
+        return json_response(202, body, {"Location": _turn_location(turn), "Idempotent-Replayed": "true"})
+    if turn.status == "running":  # its function died mid-turn; the next turn's repair answers what it left open
+        raise Conflict("the turn with this Idempotency-Key was interrupted; send the message again with a new key")
+    return json_response(turn.response_status or 500, turn.response or {}, {"Idempotent-Replayed": "true"})
+
+
+@router.get(
+    "/api/conversations/<conversation_id>/turns/<turn_id>",
+    summary="A turn's status, and its answer once it completed",
+    description=READS,
+    responses=responses(TurnView, 401, 403, 404, 429),
+    tags=["customer"],
+)
+def get_turn(conversation_id: str, turn_id: str) -> dict[str, Any]:
+    services = chat_services()
+    customer_id = _reader(services)
+    turn = services.turns.get(conversation_id, turn_id) if CONVERSATION_ID.match(conversation_id) else None
+    if turn is None or turn.customer_id != customer_id:
+        raise NotFound("turn not found")
+    return turn_view(turn, int(time.time()))
 
 
 def _reader(services: ChatServices) -> int:

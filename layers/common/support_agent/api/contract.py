@@ -19,6 +19,7 @@ from support_agent.errors import (
     TooLarge,
     Unauthenticated,
 )
+from support_agent.store.turns import IdempotencyKeyReused
 
 CONTRACT: dict[type[ServiceError], tuple[int, str]] = {
     InvalidRequest: (400, "bad_request"),
@@ -27,6 +28,7 @@ CONTRACT: dict[type[ServiceError], tuple[int, str]] = {
     NotFound: (404, "not_found"),
     Conflict: (409, "conflict"),
     TooLarge: (413, "too_large"),
+    IdempotencyKeyReused: (422, "idempotency_key_reused"),
     TokenBudgetExhausted: (429, "token_budget_exhausted"),
     RateLimited: (429, "rate_limited"),
     ModelRefused: (502, "model_error"),

@@ -45,6 +45,7 @@ _WHY = {
     404: "Unknown, or not yours (the same answer)",
     409: "Conflicts with the current state",
     413: "Body or message over the limit",
+    422: "The Idempotency-Key was used with another request body",
     429: "Rate limited or out of token budget; see Retry-After",
     502: "The model API refused the request",
     503: "The model API is unavailable; see Retry-After",
@@ -95,6 +96,7 @@ class TraceIteration(_Shape):
 
 class ChatResponse(_Shape):
     conversationId: str
+    turnId: str = Field(..., description="The turn's record: GET /api/conversations/{id}/turns/{turnId}")
     reply: str
     stopReason: Literal["end_turn", "stop_sequence", "refusal", "max_tokens", "max_iterations", "deadline"]
     iterations: int = Field(..., ge=0)
@@ -103,6 +105,30 @@ class ChatResponse(_Shape):
     cacheReadInputTokens: int = Field(..., ge=0)
     cacheCreationInputTokens: int = Field(..., ge=0)
     trace: list[TraceIteration] | None = Field(None, description="Every tool call; only when TRANSPARENCY=verbose")
+    traceOmitted: bool | None = Field(
+        None, description="A replayed answer whose trace was too large to keep (the reply itself is kept)"
+    )
+
+
+class TurnRunning(_Shape):
+    """202: the turn runs on (a resend while it runs); ``Location`` names its record."""
+
+    conversationId: str
+    turnId: str
+    status: Literal["running"]
+
+
+class TurnError(_Shape):
+    code: str
+    message: str
+
+
+class TurnView(_Shape):
+    turnId: str
+    conversationId: str
+    status: Literal["running", "completed", "failed"]
+    response: ChatResponse | None = Field(..., description="The 200 body, once completed")
+    error: TurnError | None = Field(..., description="Why it failed (a refused or interrupted turn is failed)")
 
 
 class ConversationSummary(_Shape):

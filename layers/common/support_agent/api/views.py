@@ -6,6 +6,7 @@ from typing import Any
 
 from support_agent.agent.untrusted import unfence
 from support_agent.store.conversations import Header, StoredMessage
+from support_agent.store.turns import Turn
 
 
 def _text(content: list[dict[str, Any]]) -> str:
@@ -57,4 +58,21 @@ def conversation_summary(header: Header) -> dict[str, Any]:
         "createdAt": header.created_at,
         "updatedAt": header.updated_at,
         "title": header.title,
+    }
+
+
+def turn_view(turn: Turn, now_epoch: int) -> dict[str, Any]:
+    """A turn record as its owner reads it: a refused or interrupted turn reads as failed, with why."""
+    error: dict[str, Any] | None = None
+    status = turn.status
+    if turn.interrupted(now_epoch):
+        status, error = "failed", {"code": "turn_interrupted", "message": "the turn did not finish; send it again"}
+    elif status in ("failed", "refused"):
+        status, error = "failed", (turn.response or {}).get("error") or {"code": "internal_error", "message": ""}
+    return {
+        "turnId": turn.turn_id,
+        "conversationId": turn.conversation_id,
+        "status": status,
+        "response": turn.response if status == "completed" else None,
+        "error": error,
     }

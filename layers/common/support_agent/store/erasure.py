@@ -32,6 +32,7 @@ from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, to_item, to_values
+from support_agent.store.turns import TurnStore
 
 ERASED = "[erased]"
 ACTION = "customer_erased"
@@ -154,6 +155,10 @@ class ConversationEraser:
                 with contextlib.suppress(ClientError):  # best effort: if this fails too, the lease expires
                     self.store.release_lease(conversation_id, request.owner)
                 raise
+            # Turn records hold the message and the answer's text: removed too, still under the lease.
+            turns = TurnStore(self.client, self.conversations_table)
+            for turn in turns.turns_of(conversation_id):
+                self.client.update_item(**turns.erasure_update(turn, self.now()))
             # The header loses its title (it quotes the first message) and is marked erased as the lease goes.
             self.store.release_lease(conversation_id, request.owner, erased_at=self.now())
             messages += count

@@ -1,0 +1,300 @@
+"""Turn records and idempotency keys: what a resent ``POST /api/chat`` is answered from.
+
+Not Powertools' idempotency utility: it deletes its record when the handler raises (no role here holds
+``DeleteItem``, on purpose) and would keep a 202 as the final answer. Two items, both in the Conversations
+table under key prefixes of their own (neither carries ``updated_at``, so ``by_customer`` never lists them):
+
+* the **turn record** ``turn#<conversation id>`` / ``seq`` = the turn id's millisecond: the turn's status
+  (``running`` → ``completed`` | ``failed``, or ``refused`` when it was turned away before anything was
+  stored), the customer's message, the request's fingerprint, and the answer it ended with (status and
+  body). Partitioned by conversation so that erasure finds a conversation's turns with one Query, and
+  removes the message and the answer with the conversation's messages (docs/RETENTION.md).
+* the **key** ``idem#<customer id>#<SHA-256 of the Idempotency-Key>`` / 0: which turn the key started and
+  the fingerprint of the body it came with; ``expires_at`` (the table's TTL) 25 hours on.
+
+A key is claimed with its turn in one transaction, before the rate limit takes a token and before the lease:
+two requests with one key at once make one turn. It is free again when absent, past ``expires_at`` (DynamoDB's
+TTL removes items late), or released: a turn refused before anything was stored (409 lease held, 503 before
+the first write) leaves the key as if it had never been used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+
+from support_agent.errors import Conflict, ServiceError
+from support_agent.ids import ulid
+from support_agent.store.dynamo import (
+    DynamoDBClient,
+    cancellation_as,
+    from_item,
+    is_conditional_failure,
+    to_item,
+    to_values,
+)
+
+REPLY_MAX_BYTES = 256 * 1024  # a stored answer, compressed; DynamoDB's items end at 400 KB
+KEY_SECONDS = 25 * 3600  # kept at least 24 hours, as the draft asks of a server that names its window
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # 1 to 255 visible ASCII characters
+TURN_ID = re.compile(r"^turn_[0-9A-HJKMNP-TV-Z]{26}$")
+TurnStatus = Literal["running", "completed", "failed", "refused"]
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+class IdempotencyKeyReused(ServiceError):
+    """The key was used with another request body: the client reused it by mistake."""
+
+    kind = "idempotency_key_reused"
+
+
+def fingerprint(conversation_id: str | None, message: str) -> str:
+    """What makes two requests "the same": the body's fields, canonically encoded (not its bytes)."""
+    body = {"conversationId": conversation_id, "message": message}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def new_turn_id() -> str:
+    return f"turn_{ulid()}"
+
+
+def turn_ms(turn_id: str) -> int:
+    """The millisecond a turn id was made at (its ULID's first 48 bits): the record's sort key."""
+    value = 0
+    for c in turn_id.removeprefix("turn_")[:10]:
+        value = value * 32 + _ALPHABET.index(c)
+    return value
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn_id: str
+    conversation_id: str
+    customer_id: int
+    status: TurnStatus
+    fingerprint: str
+    new_conversation: bool
+    created_at: str
+    running_until: int  # epoch seconds: a turn still `running` after this was interrupted (its function died)
+    response_status: int | None = None
+    response: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, item: dict[str, Any]) -> Turn:
+        return cls(
+            turn_id=str(item["turn_id"]),
+            conversation_id=str(item["conversation"]),
+            customer_id=int(item["customer_id"]),
+            status=item["status"],
+            fingerprint=str(item["fingerprint"]),
+            new_conversation=bool(item.get("new_conversation")),
+            created_at=str(item["created_at"]),
+            running_until=int(item.get("running_until") or 0),
+            response_status=int(item["reply_status"]) if item.get("reply_status") is not None else None,
+            response=json.loads(zlib.decompress(bytes(item["reply_body"]))) if item.get("reply_body") else None,
+        )
+
+    def interrupted(self, now_epoch: int) -> bool:
+        return self.status == "running" and now_epoch > self.running_until
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim's outcome: ``turn`` is ours to run, or ``existing`` is the turn the key already names."""
+
+    turn: Turn | None = None
+    existing: Turn | None = None
+
+
+class TurnStore:
+    def __init__(self, client: DynamoDBClient, table: str) -> None:
+        self._db = client
+        self._table = table
+
+    @staticmethod
+    def _turn_key(conversation_id: str, turn_id: str) -> dict[str, Any]:
+        return {"conversation_id": f"turn#{conversation_id}", "seq": turn_ms(turn_id)}
+
+    @staticmethod
+    def _key_key(customer_id: int, key: str) -> dict[str, Any]:
+        digest = hashlib.sha256(key.encode("ascii")).hexdigest()
+        return {"conversation_id": f"idem#{customer_id}#{digest}", "seq": 0}
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def get(self, conversation_id: str, turn_id: str) -> Turn | None:
+        if not TURN_ID.match(turn_id):
+            return None
+        out = self._db.get_item(
+            TableName=self._table, Key=to_item(self._turn_key(conversation_id, turn_id)), ConsistentRead=True
+        )
+        item = from_item(out["Item"]) if "Item" in out else None
+        return Turn.of(item) if item and item.get("turn_id") == turn_id else None
+
+    def by_key(self, customer_id: int, key: str, print_: str, now_epoch: int) -> Turn | None:
+        """The turn ``key`` names, if the key is in use; IdempotencyKeyReused when it came with another body."""
+        out = self._db.get_item(
+            TableName=self._table, Key=to_item(self._key_key(customer_id, key)), ConsistentRead=True
+        )
+        item = from_item(out["Item"]) if "Item" in out else None
+        if not item or item.get("released") or int(item.get("expires_at") or 0) < now_epoch:
+            return None
+        if item["fingerprint"] != print_:
+            raise IdempotencyKeyReused("this Idempotency-Key was used with another request body")
+        return self.get(str(item["conversation"]), str(item["turn_id"]))
+
+    def turns_of(self, conversation_id: str) -> list[Turn]:
+        """Every turn record of a conversation (erasure)."""
+        out = self._db.query(
+            TableName=self._table,
+            KeyConditionExpression="conversation_id = :c",
+            ExpressionAttributeValues=to_values({":c": f"turn#{conversation_id}"}),
+            ConsistentRead=True,
+        )
+        return [Turn.of(from_item(i)) for i in out.get("Items", [])]
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        customer_id: int,
+        key: str | None,
+        print_: str,
+        conversation_id: str,
+        new_conversation: bool,
+        message: str,
+        *,
+        now: str,
+        now_epoch: int,
+        running_seconds: int,
+    ) -> Claim:
+        """A running turn for this request, with its key (if any) claimed in the same transaction. When the key
+        was claimed first by a concurrent request, the turn it names (``existing``)."""
+        turn = Turn(
+            turn_id=new_turn_id(),
+            conversation_id=conversation_id,
+            customer_id=customer_id,
+            status="running",
+            fingerprint=print_,
+            new_conversation=new_conversation,
+            created_at=now,
+            running_until=now_epoch + running_seconds,
+        )
+        record = {
+            **self._turn_key(conversation_id, turn.turn_id),
+            "turn_id": turn.turn_id,
+            "conversation": conversation_id,
+            "customer_id": customer_id,
+            "status": "running",
+            "fingerprint": print_,
+            "new_conversation": new_conversation,
+            "message_text": message,
+            "created_at": now,
+            "running_until": turn.running_until,
+            "idempotency_key": key is not None,
+        }
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": to_item(record),
+                    "ConditionExpression": "attribute_not_exists(conversation_id)",
+                }
+            }
+        ]
+        if key is not None:
+            claim = {
+                **self._key_key(customer_id, key),
+                "turn_id": turn.turn_id,
+                "conversation": conversation_id,
+                "fingerprint": print_,
+                "expires_at": now_epoch + KEY_SECONDS,
+            }
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": to_item(claim),
+                        "ConditionExpression": "attribute_not_exists(conversation_id) OR expires_at < :now "
+                        "OR released = :yes",
+                        "ExpressionAttributeValues": to_values({":now": now_epoch, ":yes": True}),
+                    }
+                }
+            )
+        lost = Conflict("another turn on this conversation started in the same millisecond; please resend")
+        try:
+            with cancellation_as(lambda _codes: lost):
+                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except Conflict:
+            if key is None:
+                raise
+            existing = self.by_key(customer_id, key, print_, now_epoch)
+            if existing is None:  # the first holder released it meanwhile: the client may resend
+                raise
+            return Claim(existing=existing)
+        return Claim(turn=turn)
+
+    def finish(self, turn: Turn, status: int, body: dict[str, Any], now: str) -> None:
+        """The answer the turn ended with: ``completed`` (200) or ``failed`` (an error after something was
+        stored). A resend with its key gets exactly this answer."""
+        state = "completed" if status == 200 else "failed"
+        self._set(
+            turn,
+            "SET #st = :st, reply_status = :code, reply_body = :body, finished_at = :now",
+            {":st": state, ":code": status, ":body": self._packed(body), ":now": now},
+        )
+
+    def release(self, turn: Turn, key: str | None, status: int, body: dict[str, Any], now: str) -> None:
+        """Refused before anything was stored: the turn says so, and its key is free for the resend."""
+        self._set(
+            turn,
+            "SET #st = :st, reply_status = :code, reply_body = :body, finished_at = :now",
+            {":st": "refused", ":code": status, ":body": self._packed(body), ":now": now},
+        )
+        if key is not None:
+            try:
+                self._db.update_item(
+                    TableName=self._table,
+                    Key=to_item(self._key_key(turn.customer_id, key)),
+                    UpdateExpression="SET released = :yes",
+                    ConditionExpression="turn_id = :t",
+                    ExpressionAttributeValues=to_values({":yes": True, ":t": turn.turn_id}),
+                )
+            except ClientError as exc:
+                if not is_conditional_failure(exc):
+                    raise
+
+    @staticmethod
+    def _packed(body: dict[str, Any]) -> bytes:
+        """The answer as stored: JSON, zlib-compressed. A verbose trace of many large tool results that would
+        not fit even so is left out of the stored copy (``traceOmitted``); the reply itself always fits."""
+        packed = zlib.compress(json.dumps(body).encode(), 6)
+        if len(packed) > REPLY_MAX_BYTES and "trace" in body:
+            trimmed = {k: v for k, v in body.items() if k != "trace"} | {"traceOmitted": True}
+            packed = zlib.compress(json.dumps(trimmed).encode(), 6)
+        return packed
+
+    def _set(self, turn: Turn, update: str, values: dict[str, Any]) -> None:
+        self._db.update_item(
+            TableName=self._table,
+            Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
+            UpdateExpression=update,
+            ConditionExpression="turn_id = :t AND #st = :running",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=to_values({**values, ":t": turn.turn_id, ":running": "running"}),
+        )
+
+    def erasure_update(self, turn: Turn, erased_at: str) -> dict[str, Any]:
+        """The UpdateItem that removes a turn record's message text and answer (erasure)."""
+        return {
+            "TableName": self._table,
+            "Key": to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
+            "UpdateExpression": "SET erased_at = :now REMOVE message_text, reply_body",
+            "ExpressionAttributeValues": to_values({":now": erased_at}),
+        }
