@@ -28,6 +28,7 @@ from devstack.gateway import Gateway
 from devstack.lambda_bridge import bridged, invoked_by_state_machines
 from devstack.parameters import dev_parameters, from_command_line
 from devstack.seed import DEMO_DATA, seed
+from devstack.simulated_model.server import SimulatedModelServer
 from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, SimulatedStripeServer
 from devstack.simulated_stripe import start as start_stripe
 from devstack.stack import REPO_ROOT, Stack, deploy
@@ -49,6 +50,7 @@ class LocalStack:
     simulated: bool
     env_file: Path
     stripe: SimulatedStripeServer | None = None  # the simulated Stripe, unless a real one was configured
+    model: SimulatedModelServer | None = None  # the simulated model, unless a real one was configured
     pools: dict[str, FunctionPool] = field(default_factory=dict, repr=False)  # each function's workers
     _stoppers: list[Any] = field(default_factory=list, repr=False)
 
@@ -125,6 +127,9 @@ def start(
     """The stack up; `parameters`: template parameter overrides (``make dev PARAMS=...``), checked by the caller."""
     env = dict(os.environ if environ is None else environ)
     params = dev_parameters(env, parameters)
+    from devstack.simulated_model import delay_from
+
+    model_delay = delay_from(env)  # SIMULATED_MODEL_DELAY_SECONDS: a bad value stops before anything starts
     secret, issuer, audience = params["JwtSecret"], params["JwtIssuer"], params["JwtAudience"]
     local = LocalStack("", "", None, {}, False, STATE_DIR / "env.json")  # type: ignore[arg-type]
     try:
@@ -157,8 +162,9 @@ def start(
         if simulated:
             from devstack.simulated_model import start as start_model
 
-            model = start_model(port=0)
+            model = start_model(port=0, delay_seconds=model_delay)
             local._stoppers.append(model.stop)
+            local.model = model
             overrides.update(ANTHROPIC_API_KEY="simulated-local-key", ANTHROPIC_BASE_URL=model.url)
             overrides.update(OPENAI_API_KEY="simulated-local-key", OPENAI_BASE_URL=f"{model.url}/v1")
         elif openai:

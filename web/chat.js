@@ -450,6 +450,36 @@
     $("chat-status").textContent = on ? "The agent is working…" : "";
   }
 
+  // A long turn goes on in the worker (202): its record is read every few seconds until it ends (reads count
+  // against READS_PER_MINUTE; a 429 waits its Retry-After). Resolves like the 200 would have.
+  function awaitTurn(running, seq) {
+    var path = "/api/conversations/" + encodeURIComponent(running.conversationId) + "/turns/" + encodeURIComponent(running.turnId);
+    $("chat-status").textContent = "The agent is still working (a long turn)…";
+    return new Promise(function (resolve, reject) {
+      function poll(delay) {
+        window.setTimeout(function () {
+          if (seq !== state.loadSeq) return resolve({ status: 200, data: null });
+          SA.api(path, { token: state.token }).then(
+            function (r) {
+              var turn = r.data || {};
+              if (turn.status === "completed") return resolve({ status: 200, data: turn.response });
+              if (turn.status === "failed") {
+                var e = turn.error || {};
+                return reject(new SA.ApiError(500, e.code || "turn_failed", e.message || "The turn failed", null));
+              }
+              poll(3000);
+            },
+            function (err) {
+              if (err.status === 429) return poll(1000 * (err.retryAfter || 5));
+              reject(err);
+            }
+          );
+        }, delay);
+      }
+      poll(2000);
+    });
+  }
+
   function send() {
     if (state.sending || state.opening || !state.token) return;
     var box = $("message");
@@ -463,7 +493,12 @@
     box.value = "";
     setSending(true);
     var seq = state.loadSeq;
-    SA.api("/api/chat", { method: "POST", token: state.token, body: { conversationId: state.conversationId, message: text } })
+    // One key per message: a resend of it (a lost answer) gets the same turn, never a second one.
+    var key = window.crypto && window.crypto.randomUUID ? window.crypto.randomUUID() : String(Date.now()) + Math.random();
+    SA.api("/api/chat", { method: "POST", token: state.token, idempotencyKey: key, body: { conversationId: state.conversationId, message: text } })
+      .then(function (r) {
+        return r.status === 202 ? awaitTurn(r.data || {}, seq) : r;
+      })
       .then(
         function (r) {
           if (seq !== state.loadSeq) return;

@@ -26,6 +26,7 @@
     opts = opts || {};
     var headers = { Accept: "application/json" };
     if (opts.token) headers.Authorization = "Bearer " + opts.token;
+    if (opts.idempotencyKey) headers["Idempotency-Key"] = opts.idempotencyKey;
     var init = { method: opts.method || "GET", headers: headers, cache: "no-store" };
     if (opts.body !== undefined) {
       headers["Content-Type"] = "application/json";

@@ -33,7 +33,11 @@ It also speaks OpenAI chat completions (``POST /v1/chat/completions``, ``Authori
 through a translation layer in front of the same rules, so the local stack runs with
 ``LLM_PROVIDER=openai`` too (``OPENAI_BASE_URL={url}/v1``).
 
-Run it standalone with ``python -m devstack.simulated_model [--host H] [--port P]``.
+``SIMULATED_MODEL_DELAY_SECONDS=5 make dev`` makes every answer wait 5 s first: a slow model, so a turn
+outlasts the synchronous request and is handed over to the worker (the adapters send no header of
+ours, so the delay is the server's, not a request's).
+
+Run it standalone with ``python -m devstack.simulated_model [--host H] [--port P] [--delay-seconds S]``.
 
 The modules, by concern: ``wire`` (the Messages API's request checks and error shape), ``reading``
 and ``brain`` (the deterministic rules above), ``message`` (the Message and its SSE stream),
@@ -43,16 +47,25 @@ and ``brain`` (the deterministic rules above), ``message`` (the Message and its 
 from devstack.simulated_model.brain import LABEL
 from devstack.simulated_model.message import build_message
 from devstack.simulated_model.openai_facade import OpenAIError, validate_openai
-from devstack.simulated_model.server import SimulatedModel, SimulatedModelServer, main, start
+from devstack.simulated_model.server import (
+    DELAY_VARIABLE,
+    SimulatedModel,
+    SimulatedModelServer,
+    delay_from,
+    main,
+    start,
+)
 from devstack.simulated_model.wire import ApiError
 
 __all__ = [
+    "DELAY_VARIABLE",
     "LABEL",
     "ApiError",
     "OpenAIError",
     "SimulatedModel",
     "SimulatedModelServer",
     "build_message",
+    "delay_from",
     "main",
     "start",
     "validate_openai",

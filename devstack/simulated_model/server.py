@@ -3,6 +3,11 @@
 ``POST /v1/messages`` (JSON, or server-sent events with ``"stream": true``), ``POST
 /v1/chat/completions``, ``GET /health``; anything else a 404 in the Messages API's error shape.
 Every reply carries ``x-simulated-model: true``.
+
+``SIMULATED_MODEL_DELAY_SECONDS`` (``make dev``; ``--delay-seconds`` standalone) makes every model answer
+wait that long first, so a slow model — a turn that outlasts the synchronous request and is handed over
+to the worker — can be seen locally. The adapters send no header of ours, so the delay is per server,
+not per request.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import argparse
 import itertools
 import json
 import logging
+import math
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -24,6 +31,21 @@ from devstack.simulated_model.openai_facade import build_completion, check_opena
 from devstack.simulated_model.wire import ApiError, check_headers, parse_body
 
 log = logging.getLogger(__name__)
+
+DELAY_VARIABLE = "SIMULATED_MODEL_DELAY_SECONDS"
+
+
+def delay_from(environ: Mapping[str, str]) -> float:
+    """``SIMULATED_MODEL_DELAY_SECONDS`` as seconds (unset or empty: 0); a value that is not a finite number
+    of seconds, at least 0, is refused with the variable's name."""
+    raw = environ.get(DELAY_VARIABLE, "").strip()
+    try:
+        seconds = float(raw) if raw else 0.0
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{DELAY_VARIABLE}={raw!r}: give seconds, a number from 0 (e.g. 5 or 2.5)")
+    return seconds
 
 
 @dataclass
@@ -42,21 +64,28 @@ def _json(status: int, value: Any) -> Reply:
 
 
 class SimulatedModel:
-    """The request → reply function, with the per-server call counter behind the ids."""
+    """The request → reply function, with the per-server call counter behind the ids; ``delay_seconds``:
+    how long each model answer (either API, errors included) waits before it is sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_seconds: float = 0.0) -> None:
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
+        self.delay_seconds = delay_seconds
+        self.requests = 0  # POSTs answered (or refused): what a test counts to prove a call was not made
 
     def post(self, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
         """The reply to ``POST path`` (without its query); a refusal in its API's error shape."""
+        with self._lock:
+            self.requests += 1
         try:
             endpoint = path.rstrip("/")
+            if endpoint not in ("/v1/messages", "/v1/chat/completions"):
+                raise ApiError(404, "not_found_error", f"Not found: POST {path}")
+            if self.delay_seconds > 0:  # a slow model: each request's own thread waits
+                time.sleep(self.delay_seconds)
             if endpoint == "/v1/messages":
                 return self._message(headers, raw)
-            if endpoint == "/v1/chat/completions":
-                return self._chat_completion(headers, raw)
-            raise ApiError(404, "not_found_error", f"Not found: POST {path}")
+            return self._chat_completion(headers, raw)
         except ApiError as exc:
             return _error(exc)
 
@@ -140,21 +169,33 @@ class SimulatedModelServer(BackgroundServer):
 
     name = "simulated-model"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(host, port, _Handler, _HttpServer, model=SimulatedModel())
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, delay_seconds: float = 0.0) -> None:
+        self.model = SimulatedModel(delay_seconds)  # `model.delay_seconds` may be changed while it runs
+        super().__init__(host, port, _Handler, _HttpServer, model=self.model)
 
 
-def start(host: str = "127.0.0.1", port: int = 0) -> SimulatedModelServer:
-    """Start the simulated model on a background thread (port 0: a free port)."""
-    return SimulatedModelServer(host, port).start()
+def start(host: str = "127.0.0.1", port: int = 0, delay_seconds: float = 0.0) -> SimulatedModelServer:
+    """Start the simulated model on a background thread (port 0: a free port), each answer ``delay_seconds``
+    late (``delay_from(os.environ)`` reads ``SIMULATED_MODEL_DELAY_SECONDS``)."""
+    return SimulatedModelServer(host, port, delay_seconds).start()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run the simulated Anthropic Messages API model.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=4600)
+    parser.add_argument(
+        "--delay-seconds",
+        type=float,
+        default=None,
+        help=f"wait this long before each answer (default: {DELAY_VARIABLE} from the environment, else 0)",
+    )
     args = parser.parse_args(argv)
-    server = start(args.host, args.port)
+    try:
+        delay = delay_from(os.environ if args.delay_seconds is None else {DELAY_VARIABLE: str(args.delay_seconds)})
+    except ValueError as exc:
+        parser.error(str(exc))
+    server = start(args.host, args.port, delay)
     print(
         f"simulated model on {server.url} (POST /v1/messages, POST /v1/chat/completions); "
         f"set ANTHROPIC_BASE_URL={server.url} or OPENAI_BASE_URL={server.url}/v1",

@@ -70,6 +70,7 @@ def test_a_resend_while_the_turn_runs_gets_202_and_its_location(api: Api) -> Non
     body = {"conversationId": None, "message": "still thinking"}
     claim = turns.claim(
         7,
+        "customer-7",
         "key-running-1",
         fingerprint(None, body["message"]),
         "conv_01JZZZZZZZZZZZZZZZZZZZZZZZ",

@@ -34,7 +34,10 @@ def _key_schema(desc: Any) -> list[tuple[str, str]]:
 EXPECTED_TABLES = {
     "ConversationsTable": (
         [("conversation_id", "HASH"), ("seq", "RANGE")],
-        {"by_customer": [("customer_id", "HASH"), ("updated_at", "RANGE")]},
+        {
+            "by_customer": [("customer_id", "HASH"), ("updated_at", "RANGE")],
+            "turns_running": [("running", "HASH"), ("lease_check_at", "RANGE")],
+        },
     ),
     "CustomerDataTable": (
         [("customer_id", "HASH"), ("sk", "RANGE")],
@@ -79,6 +82,30 @@ def test_queue_and_dead_letter_queue(stack: Stack) -> None:
     )
     assert dlq_attrs["MessageRetentionPeriod"] == str(14 * 24 * 3600)
     assert stack.physical_ids["ApprovalQueue"] == stack.outputs["ApprovalQueueUrl"]
+
+
+def test_turn_queue_and_its_dead_letter_queue(stack: Stack) -> None:
+    """Long turns: the queue the chat function hands them to, and where the worker's failures end up."""
+    sqs = boto3.client("sqs")
+    queue = sqs.get_queue_attributes(QueueUrl=stack.physical_ids["TurnQueue"], AttributeNames=["All"])["Attributes"]
+    dlq = sqs.get_queue_attributes(QueueUrl=stack.physical_ids["TurnDLQ"], AttributeNames=["All"])["Attributes"]
+    assert queue["VisibilityTimeout"] == "5400"
+    assert queue["RedrivePolicy"].replace(" ", "") == (
+        f'{{"deadLetterTargetArn":"{dlq["QueueArn"]}","maxReceiveCount":3}}'
+    )
+    chat, sweep = stack.function_env("ChatFunction"), stack.function_env("TurnSweepFunction")
+    assert chat["TURN_QUEUE_URL"] == sweep["TURN_QUEUE_URL"] == stack.physical_ids["TurnQueue"]
+    assert sweep["TURN_DLQ_URL"] == stack.physical_ids["TurnDLQ"]
+    assert (chat["SYNC_TURN_SECONDS"], chat["MODEL_CALL_BUDGET_SECONDS"], chat["TURN_MAX_SECONDS"]) == (
+        "20",
+        "8",
+        "300",
+    )
+    worker = stack.function_env("TurnWorkerFunction")
+    assert (worker["TURN_MAX_SECONDS"], worker["POWERTOOLS_SERVICE_NAME"]) == ("300", "turn_worker")
+    assert worker["CONVERSATIONS_TABLE"] == stack.physical_ids["ConversationsTable"]
+    config = boto3.client("lambda").get_function_configuration(FunctionName=stack.physical_ids["TurnWorkerFunction"])
+    assert config["Timeout"] == 900
 
 
 def test_chat_function_environment_resolves_to_the_stack(stack: Stack) -> None:

@@ -137,6 +137,9 @@ def _list(v: Any) -> list[str]:
 def credentials_for(stack: Stack, function: str) -> dict[str, str]:
     iam = boto3.client("iam")
     user = f"runtime-{function}"[:64]
+    if user in {u["UserName"] for u in iam.list_users()["Users"]}:  # another test of this module made it
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
     iam.create_user(UserName=user)
     iam.put_user_policy(UserName=user, PolicyName="role", PolicyDocument=json.dumps(runtime_policy(stack, function)))
     key = iam.create_access_key(UserName=user)["AccessKey"]
@@ -194,6 +197,12 @@ NOT_EXERCISED = {
     ("sqs:ReceiveMessage", "ApprovalQueue"): "event source mapping",
     ("sqs:DeleteMessage", "ApprovalQueue"): "event source mapping",
     ("sqs:GetQueueAttributes", "ApprovalQueue"): "event source mapping",
+    ("sqs:ReceiveMessage", "TurnQueue"): "event source mapping",
+    ("sqs:DeleteMessage", "TurnQueue"): "event source mapping",
+    ("sqs:GetQueueAttributes", "TurnQueue"): "event source mapping",
+    # The chat function's turns in its own test end within SyncTurnSeconds; a handed-over turn's send is
+    # exercised in test_long_turn_functions_under_their_own_roles.
+    ("sqs:SendMessage", "TurnQueue"): "only when a turn is handed over",
     **{
         (f"dynamodb:{a}", "AuditTable.StreamArn"): "event source mapping"
         for a in ("DescribeStream", "GetShardIterator", "GetRecords")
@@ -472,6 +481,86 @@ def test_seal_function_under_its_own_role(
     assert all(refused.values()), refused
     assert used == {("s3:PutObject", "AuditSealBucket/heads/*")}
     check_pairs(stack, "AuditSealFunction", used)
+
+
+def test_long_turn_functions_under_their_own_roles(
+    api: Api, stack: Stack, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn handed over by the chat function, finished by the worker, and the turn sweep restarting a stopped
+    turn and ending a dead-lettered one — each under its own role; nothing beyond the role, and the sweep's
+    grants all used."""
+    sqs, ddb = boto3.client("sqs"), boto3.client("dynamodb")
+    turns_table, queue = stack.physical_ids["ConversationsTable"], stack.physical_ids["TurnQueue"]
+    chat = credentials_for(stack, "ChatFunction")
+    started: list[dict[str, Any]] = []
+    with as_function(api, "ChatFunction", chat, recorder, monkeypatch):
+        for _ in range(3):
+            status, body, _ = api.call("POST", "/api/chat", {"message": "hi"}, headers={"prefer": "respond-async"})
+            assert status == 202, body
+            started.append(body)
+        used = set(recorder.pairs)
+    assert ("sqs:SendMessage", "TurnQueue") in used
+    assert used <= granted_pairs(stack.template, "ChatFunction")
+    messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    assert len(messages) == 3
+    first = next(m for m in messages if json.loads(m["Body"])["turnId"] == started[0]["turnId"])
+
+    worker = credentials_for(stack, "TurnWorkerFunction")
+    api.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("Delivered.")]
+    with as_function(api, "TurnWorkerFunction", worker, recorder, monkeypatch):
+        event = {"Records": [{"messageId": first["MessageId"], "receiptHandle": "x", "body": first["Body"]}]}
+        assert api.handlers["TurnWorkerFunction"](event, None) == {"batchItemFailures": []}
+        used = set(recorder.pairs)
+        # (Sending to TurnQueue is refused by the resource scope, which moto does not evaluate: test_template.)
+        refused = {
+            "DeleteItem": denied(
+                lambda: boto3.client("dynamodb").delete_item(
+                    TableName=turns_table, Key=to_item({"conversation_id": "x", "seq": 0})
+                )
+            ),
+            "StartExecution": denied(
+                lambda: boto3.client("stepfunctions").start_execution(
+                    stateMachineArn=stack.physical_ids["RefundFlow"], name="x", input="{}"
+                )
+            ),
+        }
+    assert all(refused.values()), refused
+    assert ("dynamodb:ConditionCheckItem", "ConversationsTable") in used  # the take-over's check
+    assert used <= granted_pairs(stack.template, "TurnWorkerFunction")
+
+    # Turn 2 stopped (its lease lapsed, its check due); turn 3's message dead-lettered.
+    second, third = started[1], started[2]
+    for turn in (second,):
+        ddb.update_item(
+            TableName=turns_table,
+            Key=to_item({"conversation_id": turn["conversationId"], "seq": 0}),
+            UpdateExpression="SET lease_expires_at = :past",
+            ExpressionAttributeValues=to_item({":past": 1}),
+        )
+    from support_agent.store.turns import TurnStore
+
+    ddb.update_item(
+        TableName=turns_table,
+        Key=to_item(TurnStore._turn_key(second["conversationId"], second["turnId"])),
+        UpdateExpression="SET lease_check_at = :past",
+        ExpressionAttributeValues=to_item({":past": 1}),
+    )
+    body3 = json.dumps({"turnId": third["turnId"], "conversationId": third["conversationId"], "token": "t"})
+    sqs.send_message(QueueUrl=stack.physical_ids["TurnDLQ"], MessageBody=body3)
+    sweep = credentials_for(stack, "TurnSweepFunction")
+    with as_function(api, "TurnSweepFunction", sweep, recorder, monkeypatch):
+        out = api.handlers["TurnSweepFunction"]({"source": "aws.scheduler"}, None)
+        used = set(recorder.pairs)
+        refused = {
+            "DeleteItem": denied(
+                lambda: boto3.client("dynamodb").delete_item(
+                    TableName=turns_table, Key=to_item({"conversation_id": "x", "seq": 0})
+                )
+            ),
+        }
+    assert (out["restarted"], out["dead_lettered"]) == (1, 1), out
+    assert all(refused.values()), refused
+    check_pairs(stack, "TurnSweepFunction", used)
 
 
 def _order_of(stack: Stack, approval_id: str) -> int:

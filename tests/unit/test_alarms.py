@@ -30,6 +30,8 @@ FUNCTIONS = (
     "ReconcileFunction",
     "AuditWatcherFunction",
     "AuditSealFunction",
+    "TurnWorkerFunction",
+    "TurnSweepFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
@@ -177,6 +179,18 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         "GreaterThanThreshold",
         1,
     ),
+    # A handed-over turn the worker failed 3 times: its customer got no answer.
+    # Received, not visible: the turn sweep takes each message off within a minute.
+    "TurnDLQAlarm": (
+        "AWS/SQS",
+        "NumberOfMessagesReceived",
+        [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["TurnDLQ", "QueueName"]}}],
+        "Sum",
+        300,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
     **{
         f"{fn}{metric}Alarm": (
             "AWS/Lambda",
@@ -289,7 +303,7 @@ def test_every_runbook_link_has_its_section() -> None:
         for m in [re.search(r"docs/OPERATIONS\.md#([a-z0-9-]+)", alarm["AlarmDescription"])]
         if m
     }
-    assert "approvedrefundstuckalarm" in linked
+    assert {"approvedrefundstuckalarm", "turndlqalarm"} <= linked
     assert linked <= anchors, linked - anchors
 
 
@@ -377,7 +391,7 @@ def test_dashboard_shows_aws_metrics_of_this_stack(cfn: dict[str, Any]) -> None:
     assert {("AWS/ApiGateway", m, api) for m in ("Count", "4xx", "5xx", "Latency")} <= aws
     flow = (("StateMachineArn", "<RefundFlow>"),)
     assert {("AWS/States", "ExecutionsSucceeded", flow), ("AWS/States", "ExecutionsFailed", flow)} <= aws
-    for queue in ("ApprovalQueue", "ApprovalDLQ", "AuditWatcherDLQ"):
+    for queue in ("ApprovalQueue", "ApprovalDLQ", "AuditWatcherDLQ", "AuditSealDLQ", "TurnQueue", "TurnDLQ"):
         assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", f"<{queue}.QueueName>"),)) in aws
     for fn in FUNCTIONS:
         for metric in ("Errors", "Throttles"):

@@ -8,6 +8,7 @@ tool_result we fabricate here, ask again until the model stops asking for tools.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +17,15 @@ import httpx
 import pytest
 from anthropic.types import Message
 
-from devstack.simulated_model import LABEL, SimulatedModelServer, start
+from devstack.simulated_model import (
+    DELAY_VARIABLE,
+    LABEL,
+    SimulatedModel,
+    SimulatedModelServer,
+    delay_from,
+    start,
+)
+from devstack.simulated_model import main as main_of_the_model
 from support_agent.agent.untrusted import fence
 
 MODEL = "claude-sonnet-4-5"
@@ -588,3 +597,46 @@ def test_the_projects_anthropic_client_talks_to_it(server: SimulatedModelServer)
     assert response.stop_reason == "tool_use"
     assert [(u["name"], u["input"]) for u in response.tool_uses()] == [("lookup_order", {"order_id": 1042})]
     assert response.usage.input_tokens > 0
+
+
+# ------------------------------------------------------------------ a slow model (SIMULATED_MODEL_DELAY_SECONDS)
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [(None, 0.0), ("", 0.0), ("0", 0.0), ("2.5", 2.5), (" 5 ", 5.0)])
+def test_the_delay_is_read_from_the_environment(raw: str | None, seconds: float) -> None:
+    assert delay_from({} if raw is None else {DELAY_VARIABLE: raw}) == seconds
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "nan", "inf", "5s"])
+def test_a_delay_that_is_not_seconds_is_refused_by_name(raw: str) -> None:
+    with pytest.raises(ValueError, match=DELAY_VARIABLE):
+        delay_from({DELAY_VARIABLE: raw})
+
+
+def test_a_slow_model_waits_before_each_answer_of_either_api() -> None:
+    """Each model answer waits (the request's own thread), the same answer as without the delay; a path that
+    is no API does not wait."""
+    headers = {"x-api-key": "sim", "anthropic-version": "2023-06-01"}
+    anthropic_body = json.dumps({"model": MODEL, "max_tokens": 64, "messages": [user("hello")]}).encode()
+    openai_body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}).encode()
+    bearer = {"authorization": "Bearer sim"}
+    slow, fast = SimulatedModel(delay_seconds=0.3), SimulatedModel()
+    for path, body, sent in [("/v1/messages", anthropic_body, headers), ("/v1/chat/completions", openai_body, bearer)]:
+        started = time.monotonic()
+        reply = slow.post(path, sent, body)
+        assert time.monotonic() - started >= 0.3, path
+        assert reply.status == 200, reply.body
+        same = json.loads(fast.post(path, sent, body).body)
+        assert {**json.loads(reply.body), "created": 0} == {**same, "created": 0}  # `created`: the second it was made
+    started = time.monotonic()
+    assert slow.post("/v1/nothing", headers, b"{}").status == 404
+    assert time.monotonic() - started < 0.3
+
+
+def test_make_devs_simulated_model_takes_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``start`` passes the delay to the server's model; ``python -m devstack.simulated_model`` reads it too."""
+    with start(delay_seconds=1.5) as server:
+        assert server._httpd.model.delay_seconds == 1.5  # type: ignore[attr-defined]
+    monkeypatch.setenv(DELAY_VARIABLE, "oops")
+    with pytest.raises(SystemExit):
+        main_of_the_model([])

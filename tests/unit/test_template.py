@@ -154,7 +154,11 @@ def test_routes_and_api(sam: dict[str, Any]) -> None:
 TABLES: dict[str, dict[str, Any]] = {
     "ConversationsTable": {
         "keys": [("conversation_id", "S", "HASH"), ("seq", "N", "RANGE")],
-        "indexes": {"by_customer": [("customer_id", "N", "HASH"), ("updated_at", "S", "RANGE")]},
+        "indexes": {
+            "by_customer": [("customer_id", "N", "HASH"), ("updated_at", "S", "RANGE")],
+            # sparse: turn records of handed-over turns while they run (store/turns.py, the turn sweep)
+            "turns_running": [("running", "S", "HASH"), ("lease_check_at", "N", "RANGE")],
+        },
     },
     "CustomerDataTable": {
         "keys": [("customer_id", "N", "HASH"), ("sk", "S", "RANGE")],
@@ -337,6 +341,125 @@ def test_approval_sweep_runs_on_a_schedule(sam: dict[str, Any], cfn: dict[str, A
     assert permission["Principal"] == "events.amazonaws.com"
 
 
+def _log_group_of(cfn: dict[str, Any], function: str) -> dict[str, Any]:
+    group = cfn["Resources"][f"{function}LogGroup"]["Properties"]
+    assert group["LogGroupName"] == {"Fn::Sub": f"/aws/lambda/${{{function}}}"}
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    return dict(group)
+
+
+def test_turn_timing_relations(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """A long turn's times fit inside each other: the synchronous part inside API Gateway's request, the
+    handed-over part inside the worker's timeout, a message's visibility around the worker's retries."""
+    from support_agent.config import Settings
+
+    params = sam["Parameters"]
+    sync, most, budget = params["SyncTurnSeconds"], params["TurnMaxSeconds"], params["ModelCallBudgetSeconds"]
+    assert (sync["Type"], sync["Default"], sync["MinValue"], sync["MaxValue"]) == ("Number", 20, 1, 25)
+    assert (most["Type"], most["Default"], most["MinValue"], most["MaxValue"]) == ("Number", 300, 30, 840)
+    assert (budget["Type"], budget["Default"], budget["MinValue"]) == ("Number", 8, 1)
+    chat = cfn["Resources"]["ChatFunction"]["Properties"]
+    worker = cfn["Resources"]["TurnWorkerFunction"]["Properties"]
+    queue = cfn["Resources"]["TurnQueue"]["Properties"]
+    # The longest handed-over turn leaves the worker a minute to store its end; 900 s is Lambda's maximum.
+    assert worker["Timeout"] == 900
+    assert worker["Timeout"] >= most["MaxValue"] + 60
+    # AWS: a queue feeding Lambda needs a visibility timeout of at least six times the function's.
+    assert queue["VisibilityTimeout"] >= 6 * worker["Timeout"]
+    # The synchronous part ends inside the chat function (29 s, under API Gateway's 30), a model call started
+    # at its last moment (SyncTurnSeconds less the budget left) included.
+    assert chat["Timeout"] == 29
+    assert chat["Timeout"] > sync["MaxValue"]
+    assert sync["Default"] + budget["Default"] <= chat["Timeout"]
+    # The worker keeps its lease by renewing it: one lease is shorter than the worker may run.
+    settings = Settings()
+    assert settings.lease_seconds < worker["Timeout"]
+    # The code's defaults are the template's (a function reading no variable behaves as deployed).
+    assert (settings.sync_turn_seconds, settings.model_call_budget_seconds, settings.turn_max_seconds) == (
+        sync["Default"],
+        budget["Default"],
+        most["Default"],
+    )
+    # Three failed deliveries, then the DLQ (the turn sweep ends those turns failed).
+    assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["TurnDLQ", "Arn"]}, "maxReceiveCount": 3}
+    env = chat["Environment"]["Variables"]
+    assert {
+        "TURN_QUEUE_URL": {"Ref": "TurnQueue"},
+        "SYNC_TURN_SECONDS": {"Ref": "SyncTurnSeconds"},
+        "MODEL_CALL_BUDGET_SECONDS": {"Ref": "ModelCallBudgetSeconds"},
+        "TURN_MAX_SECONDS": {"Ref": "TurnMaxSeconds"},
+    }.items() <= env.items()
+
+
+def test_turn_worker_consumes_the_turn_queue(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """The worker runs the chat function's loop: the same environment (less what only a hand-over needs), one
+    turn per invocation from its own mapping, no alias or SnapStart, no route."""
+    props = sam["Resources"]["TurnWorkerFunction"]["Properties"]
+    assert (props["CodeUri"], props["Handler"]) == ("functions/turn_worker/", "app.handler")
+    assert not {"AutoPublishAlias", "SnapStart", "Events"} & set(props)
+    fn = cfn["Resources"]["TurnWorkerFunction"]["Properties"]
+    chat = cfn["Resources"]["ChatFunction"]["Properties"]
+    assert fn.get("MemorySize") == chat.get("MemorySize") == sam["Globals"]["Function"]["MemorySize"]
+    env, chat_env = fn["Environment"]["Variables"], chat["Environment"]["Variables"]
+    only_chat = {"TURN_QUEUE_URL", "SYNC_TURN_SECONDS", "POWERTOOLS_SERVICE_NAME"}
+    assert {k: v for k, v in env.items() if k != "POWERTOOLS_SERVICE_NAME"} == {
+        k: v for k, v in chat_env.items() if k not in only_chat
+    }
+    assert env["POWERTOOLS_SERVICE_NAME"] == "turn_worker"
+    assert env["TURN_MAX_SECONDS"] == {"Ref": "TurnMaxSeconds"}
+    mappings = [
+        m["Properties"]
+        for m in resources_of_type(cfn, "AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["TurnQueue", "Arn"]}
+    ]
+    assert len(mappings) == 1, "exactly one consumer of the TurnQueue"
+    (mapping,) = mappings
+    assert mapping["FunctionName"] == {"Ref": "TurnWorkerFunction"}
+    assert (mapping["BatchSize"], mapping["FunctionResponseTypes"]) == (1, ["ReportBatchItemFailures"])
+    queue, dlq = cfn["Resources"]["TurnQueue"]["Properties"], cfn["Resources"]["TurnDLQ"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True and dlq["SqsManagedSseEnabled"] is True
+    assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
+    _log_group_of(cfn, "TurnWorkerFunction")
+    # Only the chat function hands turns over and only the sweep sends them again.
+    senders = {f for f, pairs in ALLOWED.items() if ("sqs:SendMessage", "TurnQueue") in pairs}
+    assert senders == {"ChatFunction", "TurnSweepFunction"}
+
+
+def test_turn_sweep_runs_every_minute_over_the_sparse_index(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    indexes = {
+        g["IndexName"]: g for g in cfn["Resources"]["ConversationsTable"]["Properties"]["GlobalSecondaryIndexes"]
+    }
+    running = indexes["turns_running"]
+    assert running["KeySchema"] == [
+        {"AttributeName": "running", "KeyType": "HASH"},
+        {"AttributeName": "lease_check_at", "KeyType": "RANGE"},
+    ]
+    assert running["Projection"] == {"ProjectionType": "ALL"}
+    readers = {f for f, pairs in ALLOWED.items() if any(t.endswith("/index/turns_running") for _, t in pairs)}
+    assert readers == {"TurnSweepFunction"}
+    props = sam["Resources"]["TurnSweepFunction"]["Properties"]
+    assert (props["CodeUri"], props["Handler"], props["Timeout"], props["MemorySize"]) == (
+        "functions/turn_sweep/",
+        "app.handler",
+        60,
+        256,
+    )
+    env = cfn["Resources"]["TurnSweepFunction"]["Properties"]["Environment"]["Variables"]
+    assert {
+        "TURN_QUEUE_URL": {"Ref": "TurnQueue"},
+        "TURN_DLQ_URL": {"Ref": "TurnDLQ"},
+        "CONVERSATIONS_TABLE": {"Ref": "ConversationsTable"},
+        "POWERTOOLS_SERVICE_NAME": "turn_sweep",
+    }.items() <= env.items()
+    rules = [
+        r["Properties"]
+        for r in resources_of_type(cfn, "AWS::Events::Rule").values()
+        if any(t["Arn"] == {"Fn::GetAtt": ["TurnSweepFunction", "Arn"]} for t in r["Properties"]["Targets"])
+    ]
+    assert [r["ScheduleExpression"] for r in rules] == ["rate(1 minute)"]
+    _log_group_of(cfn, "TurnSweepFunction")
+
+
 def test_payments_function_is_refund_flows_task(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
     """PaymentsFunction: its own code, the layer (test_python_runtime_and_architecture), a timeout that
     holds Stripe's retries, its log group kept like the others', and only RefundFlow invokes it."""
@@ -403,6 +526,7 @@ ALLOWED: dict[str, set[Pair]] = {
         *{(f"dynamodb:{a}", "ApprovalsTable") for a in ("GetItem", "PutItem")},
         ("dynamodb:PutItem", "AuditTable"),
         ("sqs:SendMessage", "ApprovalQueue"),
+        ("sqs:SendMessage", "TurnQueue"),  # a turn longer than SyncTurnSeconds is handed over
         # Only when the parameter is set (Fn::If on HasAnthropicApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
@@ -410,6 +534,34 @@ ALLOWED: dict[str, set[Pair]] = {
         # Only when LlmProvider is bedrock: the profile and the models it routes to (checked below).
         ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
         ("bedrock:InvokeModel", "param:BedrockModelArns"),
+    },
+    # The rest of a handed-over turn: the chat function's loop and tools, so its grants, less sending to
+    # TurnQueue and the by_customer index (only the conversation list reads it), plus what its own event
+    # source mapping polls with (on TurnQueue only) and the take-over's ConditionCheck of the turn record
+    # (a transaction item; the chat function has none).
+    "TurnWorkerFunction": {
+        *{(f"dynamodb:{a}", "ConversationsTable") for a in _DDB_RW},
+        ("dynamodb:ConditionCheckItem", "ConversationsTable"),
+        *{(f"dynamodb:{a}", "CustomerDataTable") for a in _DDB_RW},
+        *{(f"dynamodb:{a}", "ApprovalsTable") for a in ("GetItem", "PutItem")},
+        ("dynamodb:PutItem", "AuditTable"),
+        ("sqs:SendMessage", "ApprovalQueue"),
+        *{(f"sqs:{a}", "TurnQueue") for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes")},
+        ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
+        ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
+        ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
+        ("bedrock:InvokeModel", "param:BedrockModelArns"),
+    },
+    # The turn sweep: handed-over turns through the sparse index (no Scan), the conversation's header and the
+    # turn record (GetItem, conditional UpdateItem), the turn sent again, TurnDLQ's turns read and deleted. No
+    # PutItem, no Query on the table itself, nothing on customer data, approvals or audit.
+    "TurnSweepFunction": {
+        ("dynamodb:Query", "ConversationsTable/index/turns_running"),
+        ("dynamodb:GetItem", "ConversationsTable"),
+        ("dynamodb:UpdateItem", "ConversationsTable"),
+        ("sqs:SendMessage", "TurnQueue"),
+        ("sqs:ReceiveMessage", "TurnDLQ"),
+        ("sqs:DeleteMessage", "TurnDLQ"),
     },
     # Claim-then-publish; nothing on CustomerData (the notifier cannot write orders). The SQS
     # actions are what its own event source mapping polls with, on the ApprovalQueue only.
@@ -560,6 +712,15 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
     "AuditSealFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    # No AWSLambdaSQSQueueExecutionRole (sqs on Resource "*"): the mapping is declared by hand.
+    "TurnWorkerFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "TurnSweepFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
@@ -723,7 +884,14 @@ def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> 
 
 @pytest.mark.parametrize(
     "function_id",
-    ["ChatFunction", "ApprovalsFunction", "PaymentsFunction", "PaymentSweepFunction", "ReconcileFunction"],
+    [
+        "ChatFunction",
+        "TurnWorkerFunction",
+        "ApprovalsFunction",
+        "PaymentsFunction",
+        "PaymentSweepFunction",
+        "ReconcileFunction",
+    ],
 )
 def test_stripe_key_and_provider_reach_the_refunding_functions(
     sam: dict[str, Any], cfn: dict[str, Any], function_id: str
@@ -755,6 +923,7 @@ def test_stripe_key_and_provider_reach_the_refunding_functions(
     others = {f for f in ALLOWED if ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn") in ALLOWED[f]}
     assert others == {
         "ChatFunction",
+        "TurnWorkerFunction",  # a handed-over turn's tools refund as the chat function's do
         "ApprovalsFunction",
         "PaymentsFunction",
         "PaymentSweepFunction",

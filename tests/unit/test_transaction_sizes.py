@@ -41,7 +41,7 @@ COVERED = {
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
-    "store/turns.py": 1,  # a turn's claim (record + key): test_turn_claim
+    "store/turns.py": 2,  # a turn's claim (record + key), the worker's take-over (header + check): test_turn_claim
 }
 
 
@@ -199,11 +199,12 @@ def test_erasure_chunks() -> None:
 
 
 def test_turn_claim() -> None:
-    """A turn's record and its idempotency key, claimed together: two items, whatever the request."""
+    """A turn's record and its idempotency key, claimed together; the worker's take-over (the header's lease and
+    a check of the record): two items each, whatever the request."""
     db = RecordingDynamo()
-    TurnStore(db, "Conversations").claim(
-        7, "k" * 255, "f", CID, False, "m" * 4000, now="t", now_epoch=0, running_seconds=60
-    )
-    TurnStore(db, "Conversations").claim(7, None, "f", CID, False, "m", now="t", now_epoch=0, running_seconds=60)
-    assert [len(t) for t in db.transactions] == [2, 1]
-    assert len(db.transactions) == 2 * COVERED["store/turns.py"]
+    store = TurnStore(db, "Conversations")
+    big = store.claim(7, "customer-7", "k" * 255, "f", CID, False, "m" * 4000, now="t", now_epoch=0, running_seconds=60)
+    store.claim(7, "customer-7", None, "f", CID, False, "m", now="t", now_epoch=0, running_seconds=60)
+    assert big.turn is not None
+    assert store.take_over(big.turn, "handed", "mine", now_epoch=0, lease_until=40)
+    assert [len(t) for t in db.transactions] == [2, 1, 2]

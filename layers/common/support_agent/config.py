@@ -60,6 +60,13 @@ class Settings(BaseModel):
     # (agent/budget.py). 0 sends the whole history.
     history_token_budget: int = Field(24_000, alias="HISTORY_TOKEN_BUDGET", ge=0, le=150_000)
     turn_deadline_seconds: float = Field(27.0, alias="TURN_DEADLINE_SECONDS", gt=0)
+    # Long turns (agent/handover.py): the synchronous part's time, what a model call usually takes, the queue the
+    # turn goes to when the next call does not fit (empty: never handed over), and a handed-over turn's limit.
+    sync_turn_seconds: float = Field(20.0, alias="SYNC_TURN_SECONDS", gt=0, le=25)
+    model_call_budget_seconds: float = Field(8.0, alias="MODEL_CALL_BUDGET_SECONDS", gt=0)
+    turn_queue_url: str = Field("", alias="TURN_QUEUE_URL")
+    turn_dlq_url: str = Field("", alias="TURN_DLQ_URL")  # the turn sweep ends the turns whose message is here
+    turn_max_seconds: float = Field(300.0, alias="TURN_MAX_SECONDS", ge=30, le=840)
     persist_reserve_seconds: float = Field(1.5, alias="PERSIST_RESERVE_SECONDS", ge=0)
     lease_seconds: int = Field(40, alias="LEASE_SECONDS", ge=1)
     max_message_chars: int = Field(4000, alias="MAX_MESSAGE_CHARS", ge=1)

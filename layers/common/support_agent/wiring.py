@@ -26,6 +26,8 @@ from support_agent.config import Settings, get_settings
 
 if TYPE_CHECKING:
     from support_agent.agent.loop import Agent
+    from support_agent.agent.turn_sweep import TurnSweeper
+    from support_agent.agent.worker import TurnWorker
     from support_agent.approvals.decisions import ApprovalDecisions
     from support_agent.approvals.notifier import ApprovalNotifier
     from support_agent.approvals.sweep import ApprovalSweeper
@@ -62,6 +64,7 @@ class ChatServices:
     read_limiter: RateLimiter
     payments: PaymentProvider  # lazy: built on the first refund call (payments/factory.py)
     turns: TurnStore  # turn records and idempotency keys (store/turns.py)
+    sqs: Any = None  # the hand-over's queue client (lazy: most turns never need it)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ def build_chat_services(
         RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
         payments=payments,
         turns=TurnStore(ddb, settings.conversations_table),
+        sqs=sqs,
     )
 
 
@@ -343,6 +347,31 @@ class _Root:
         return StripeWebhooks(settler.ledger, settler, settings.customer_data_table, secrets)
 
     @cached_property
+    def turn_worker(self) -> TurnWorker:
+        """TurnWorkerFunction's: the chat services' own loop, stores and tools."""
+        from support_agent.agent.worker import TurnWorker
+
+        services = self.chat_services
+        return TurnWorker(services.settings, services.agent, services.turns, services.conversations)
+
+    @cached_property
+    def turn_sweeper(self) -> TurnSweeper:
+        from support_agent.agent.turn_sweep import TurnSweeper
+        from support_agent.store.conversations import ConversationStore
+        from support_agent.store.turns import TurnStore
+
+        settings = get_settings()
+        ddb = self.client("dynamodb")
+        return TurnSweeper(
+            TurnStore(ddb, settings.conversations_table),
+            ConversationStore(ddb, settings.conversations_table),
+            self.client("sqs"),
+            settings.turn_queue_url,
+            settings.turn_dlq_url,
+            settings.lease_seconds,
+        )
+
+    @cached_property
     def seal_writer(self) -> SealWriter:
         from support_agent.store.audit_seal import SealWriter
 
@@ -386,6 +415,14 @@ def payment_sweeper() -> PaymentSweeper:
 
 def reconciler() -> Reconciler:
     return _root.reconciler
+
+
+def turn_worker() -> TurnWorker:
+    return _root.turn_worker
+
+
+def turn_sweeper() -> TurnSweeper:
+    return _root.turn_sweeper
 
 
 def seal_writer() -> SealWriter:

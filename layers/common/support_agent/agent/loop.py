@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from support_agent import observability as obs
 from support_agent.agent import history as hist
@@ -20,7 +20,7 @@ from support_agent.agent.untrusted import fence
 from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.config import Settings
-from support_agent.errors import ModelError, ModelUnavailable, ServiceError, TokenBudgetExhausted
+from support_agent.errors import ModelError, ModelUnavailable, NotFound, ServiceError, TokenBudgetExhausted
 from support_agent.ids import new_conversation_id
 from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
@@ -30,6 +30,9 @@ from support_agent.store.audit_chain import chain
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage
 from support_agent.store.ledger import direct_refund_key
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+
+if TYPE_CHECKING:
+    from support_agent.agent.handover import HandOver
 
 Step = Literal["run_tools", "resume", "resume_if_cut", "stop"]
 
@@ -123,6 +126,7 @@ class Agent:
         *,
         new_id: str | None = None,
         stored: Callable[[], None] | None = None,
+        handover: HandOver | None = None,
     ) -> TurnResult:
         """``new_id``: the id a new conversation gets (allocated with the turn's record, so that a resend
         cannot start a second one). ``stored`` is called once, at the turn's first write."""
@@ -147,9 +151,37 @@ class Agent:
         obs.logger.append_keys(conversation_id=conversation_id)  # on every log line from here on
         try:
             turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease, stored)
+            turn.handover = handover
             return turn.run(message)
         finally:
-            self.conversations.release_lease(conversation_id, request_id)
+            self.conversations.release_lease(conversation_id, request_id)  # a no-op once the lease was passed on
+
+    def resume_turn(
+        self,
+        principal: Principal,
+        customer_id: int,
+        conversation_id: str,
+        owner: str,
+        message: str | None,
+        message_seq: int | None,
+        carried: dict[str, Any] | None,
+        deadline: Deadline,
+    ) -> TurnResult:
+        """The worker's part of a handed-over turn, under the lease ``owner`` took over: the same loop, from the
+        stored history. ``message`` goes at ``message_seq`` unless it is stored already (the synchronous part,
+        or an earlier worker that died, stored it); ``carried``: the synchronous part's iterations, usage and
+        trace."""
+        header = self.conversations.get_header(conversation_id)
+        if header is None:
+            raise NotFound("conversation not found")
+        if message_seq is None or header.next_seq > message_seq:
+            message = None
+        obs.logger.append_keys(conversation_id=conversation_id)
+        try:
+            turn = _Turn(self, principal, customer_id, header, owner, deadline, None, carried=carried)
+            return turn.run(message)
+        finally:
+            self.conversations.release_lease(conversation_id, owner)
 
 
 class _Turn:
@@ -165,8 +197,11 @@ class _Turn:
         deadline: Deadline,
         unsaved_lease: int | None,
         stored: Callable[[], None] | None = None,
+        *,
+        carried: dict[str, Any] | None = None,
     ) -> None:
         self.agent = agent
+        self.handover: HandOver | None = None  # set on the synchronous path when a queue is configured
         self.first_write = stored  # called once, at the first write (then None)
         self.settings = agent.settings
         self.principal = principal
@@ -180,6 +215,11 @@ class _Turn:
         self.audit_head = header.audit  # the conversation stream's head, advanced with each append's rows
         self.usage = Usage()
         self.trace: list[dict[str, Any]] = []
+        # A handed-over turn goes on where the synchronous part stopped: its iterations, usage and trace.
+        carried = carried or {}
+        self.first_iteration = int(carried.get("iterations", 0))
+        self.carried_usage = Usage(**carried.get("usage", {}))
+        self.trace.extend(carried.get("trace", []))
         self.tool_calls = 0
         self.answered_by = ""  # the model that answered, for the cost estimate
         self.metrics = obs.TurnMetrics()  # sent once, when the turn ends (ok or not)
@@ -287,13 +327,23 @@ class _Turn:
 
     # the loop ------------------------------------------------------------------------------
 
-    def run(self, message: str) -> TurnResult:
+    def run(self, message: str | None) -> TurnResult:
         try:
             return self._run(message)
         finally:
             self.metrics.flush()
 
-    def _run(self, message: str) -> TurnResult:
+    def _hand_over(self, pending_user: Message | None, iteration: int) -> None:
+        """Pass the turn to the worker (agent/handover.py); raises HandedOver."""
+        assert self.handover is not None
+        if self.unsaved_lease is not None:  # a new conversation: its header, leased to us, so the lease can pass
+            self._append([])
+        usage = self.carried_usage + self.usage
+        carried = {"iterations": iteration, "usage": usage.__dict__, "trace": self.trace}
+        message_seq = self.next_seq if pending_user is not None else None
+        self.handover.pass_on(self.conversation_id, self.request_id, message_seq, carried)
+
+    def _run(self, message: str | None) -> TurnResult:
         history = self.agent.conversations.load(self.conversation_id)
         messages = hist.RequestHistory(m.as_message() for m in history)
         repaired = self._repair(history)
@@ -301,11 +351,15 @@ class _Turn:
             messages.add(repaired)
         if self.header.usage.total >= self.settings.conversation_token_budget:
             raise TokenBudgetExhausted("this conversation has used its token budget; start a new one")
-        pending_user: Message | None = {"role": "user", "content": [{"type": "text", "text": message}]}
+        pending_user: Message | None = None
+        if message is not None:
+            pending_user = {"role": "user", "content": [{"type": "text", "text": message}]}
         last: LlmResponse | None = None
         stop = "max_iterations"
-        iteration = 0
+        iteration = self.first_iteration
         while iteration < self.settings.max_iterations:
+            if self.handover is not None and self.handover.due():
+                self._hand_over(pending_user, iteration)
             if self.deadline.remaining() < MIN_MODEL_SECONDS:
                 if pending_user is not None:
                     raise ModelUnavailable("no time left to ask the model", retry_after=1)
@@ -334,7 +388,7 @@ class _Turn:
             stored = self._append(
                 ([pending_user] if pending_user else []) + [assistant],
                 usage=response.usage,
-                title=message[:80] if pending_user else None,
+                title=message[:80] if pending_user and message else None,
             )
             pending_user = None
             for m in stored:
@@ -485,6 +539,6 @@ class _Turn:
             reply,
             stop,
             iterations,
-            self.usage,
+            self.carried_usage + self.usage,
             self.trace if self.settings.transparency == "verbose" else [],
         )

@@ -10,6 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from support_agent.agent.handover import HandedOver, HandOver
 from support_agent.api import pagination
 from support_agent.api.contract import error_body, status_and_code
 from support_agent.api.http import json_response
@@ -22,7 +23,7 @@ from support_agent.api.responses import (
     TurnView,
     responses,
 )
-from support_agent.api.views import conversation_summary, conversation_view, turn_view
+from support_agent.api.views import conversation_summary, conversation_view, turn_body, turn_view
 from support_agent.auth import require_customer
 from support_agent.clock import utc_now
 from support_agent.errors import Conflict, InvalidRequest, NotFound, ServiceError, TooLarge
@@ -71,12 +72,14 @@ def _deadline(context: Any, limit: float, reserve: float) -> Deadline:
         "per minute (429 `rate_limited`); one turn at a time per conversation (409). With an `Idempotency-Key` "
         "(1 to 255 visible ASCII characters, kept 24 hours per customer) a resent request gets the turn's answer "
         "again (`Idempotent-Replayed: true`; 202 while it still runs) without running it twice; the same key with "
-        "another body is a 422 `idempotency_key_reused`."
+        "another body is a 422 `idempotency_key_reused`. A turn whose next model call would not fit in "
+        "SYNC_TURN_SECONDS (or any turn, with `Prefer: respond-async`) goes on in the worker: 202 with `Location`, "
+        "the turn's record."
     ),
     responses={
         **responses(ChatResponse, 400, 401, 403, 404, 409, 413, 422, 429, 502, 503),
         202: {
-            "description": "A resend while the turn still runs: its record is at Location",
+            "description": "The turn goes on in the worker (or a resend while it runs): its record is at Location",
             "content": {"application/json": {"model": TurnRunning}},
         },
     },
@@ -85,6 +88,7 @@ def _deadline(context: Any, limit: float, reserve: float) -> Deadline:
 def chat(body: ChatRequest) -> Any:
     services = chat_services()
     s = services.settings
+    sync = Deadline.after(s.sync_turn_seconds)  # the synchronous part's time, from the request's start
     customer_id = require_customer(_principal())
     if not body.message.strip():
         raise InvalidRequest("message: must not be blank")
@@ -105,6 +109,7 @@ def chat(body: ChatRequest) -> Any:
     new_id = None if body.conversationId else new_conversation_id()
     claim = services.turns.claim(
         customer_id,
+        _principal().sub,
         key,
         print_,
         body.conversationId or str(new_id),
@@ -119,6 +124,7 @@ def chat(body: ChatRequest) -> Any:
         return replay(claim.existing, now_epoch)
     turn = claim.turn
     stored: list[bool] = []
+    handover = _handover(services, turn, sync, event.headers or {})
     try:
         result = services.agent.run_turn(
             _principal(),
@@ -129,7 +135,14 @@ def chat(body: ChatRequest) -> Any:
             _deadline(router.lambda_context, s.turn_deadline_seconds, s.persist_reserve_seconds),
             new_id=new_id,
             stored=lambda: stored.append(True),
+            handover=handover,
         )
+    except HandedOver:  # the worker finishes it: its record says when (Location)
+        running = {"conversationId": turn.conversation_id, "turnId": turn.turn_id, "status": "running"}
+        headers = {"Location": _turn_location(turn)}
+        if handover is not None and handover.at_once:
+            headers["Preference-Applied"] = "respond-async"
+        return json_response(202, running, headers)
     except ServiceError as exc:
         status, _code = status_and_code(exc)
         if stored:  # the history moved: a resend gets this answer, not a second turn
@@ -137,21 +150,29 @@ def chat(body: ChatRequest) -> Any:
         else:  # refused before anything was stored: the key is free again
             services.turns.release(turn, key, status, error_body(exc), utc_now())
         raise
-    out: dict[str, Any] = {
-        "conversationId": result.conversation_id,
-        "turnId": turn.turn_id,
-        "reply": result.reply,
-        "stopReason": result.stop_reason,
-        "iterations": result.iterations,
-        "inputTokens": result.usage.input_tokens,
-        "outputTokens": result.usage.output_tokens,
-        "cacheReadInputTokens": result.usage.cache_read_input_tokens,
-        "cacheCreationInputTokens": result.usage.cache_creation_input_tokens,
-    }
-    if s.transparency == "verbose":
-        out["trace"] = result.trace
+    out = turn_body(result, turn.turn_id, s.transparency == "verbose")
     services.turns.finish(turn, 200, out, utc_now())
     return out
+
+
+def _handover(services: ChatServices, turn: Turn, sync: Deadline, headers: dict[str, str]) -> HandOver | None:
+    """How this turn is handed to the worker when its next model call would not fit (None: no queue)."""
+    s = services.settings
+    if not s.turn_queue_url:
+        return None
+    prefer = {p.strip().split("=", 1)[0].lower() for p in headers.get("prefer", "").split(",")}
+    return HandOver(
+        services.turns,
+        services.conversations,
+        services.sqs,
+        s.turn_queue_url,
+        turn,
+        sync,
+        s.model_call_budget_seconds,
+        at_once="respond-async" in prefer,
+        lease_seconds=s.lease_seconds,
+        running_seconds=int(s.turn_max_seconds) + 2 * s.lease_seconds,
+    )
 
 
 def _turn_location(turn: Turn) -> str:

@@ -61,12 +61,48 @@ def document() -> dict[str, Any]:
     public = _public_paths()
     for path, item in doc["paths"].items():
         for operation in item.values():
-            operation["responses"].pop("422", None)
+            if operation["responses"].get("422", {}).get("description") == "Validation Error":
+                del operation["responses"]["422"]  # Powertools' own; its validation answers our 400
             if path in public:
                 operation["security"] = []
+    _chat_headers(doc["paths"]["/api/chat"]["post"])
     doc["paths"] = dict(sorted(doc["paths"].items()))
     _drop_unreferenced_schemas(doc)
     return doc
+
+
+def _chat_headers(operation: dict[str, Any]) -> None:
+    """The chat route's headers, which it reads from the event (Powertools documents only parameters it parses):
+    ``Idempotency-Key`` and ``Prefer`` in; ``Location``, ``Idempotent-Replayed`` and ``Preference-Applied``
+    out."""
+    operation["parameters"] = [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "description": "1 to 255 visible ASCII characters; a resend with it gets the turn's answer again",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x21-\\x7e]+$"},
+        },
+        {
+            "name": "Prefer",
+            "in": "header",
+            "required": False,
+            "description": "`respond-async`: hand the turn to the worker at once (202)",
+            "schema": {"type": "string"},
+        },
+    ]
+    replayed = {
+        "Idempotent-Replayed": {
+            "description": "`true` when the answer is a stored one, for a resend with the same key",
+            "schema": {"type": "string", "enum": ["true"]},
+        }
+    }
+    operation["responses"]["200"]["headers"] = dict(replayed)
+    operation["responses"]["202"]["headers"] = {
+        "Location": {"description": "The turn's record: GET it until it is not running", "schema": {"type": "string"}},
+        "Preference-Applied": {"description": "`respond-async` when asked for", "schema": {"type": "string"}},
+        **replayed,
+    }
 
 
 def _drop_unreferenced_schemas(doc: dict[str, Any]) -> None:

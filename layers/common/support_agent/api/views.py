@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from support_agent.agent.untrusted import unfence
 from support_agent.store.conversations import Header, StoredMessage
 from support_agent.store.turns import Turn
+
+if TYPE_CHECKING:
+    from support_agent.agent.loop import TurnResult
 
 
 def _text(content: list[dict[str, Any]]) -> str:
@@ -76,3 +79,21 @@ def turn_view(turn: Turn, now_epoch: int) -> dict[str, Any]:
         "response": turn.response if status == "completed" else None,
         "error": error,
     }
+
+
+def turn_body(result: TurnResult, turn_id: str, verbose: bool) -> dict[str, Any]:
+    """A turn's 200 body: the same whether the chat function or the worker finished it."""
+    out: dict[str, Any] = {
+        "conversationId": result.conversation_id,
+        "turnId": turn_id,
+        "reply": result.reply,
+        "stopReason": result.stop_reason,
+        "iterations": result.iterations,
+        "inputTokens": result.usage.input_tokens,
+        "outputTokens": result.usage.output_tokens,
+        "cacheReadInputTokens": result.usage.cache_read_input_tokens,
+        "cacheCreationInputTokens": result.usage.cache_creation_input_tokens,
+    }
+    if verbose:
+        out["trace"] = result.trace
+    return out

@@ -46,6 +46,8 @@ class Header:
     usage: Usage
     title: str = ""
     audit: Head = field(default_factory=Head)  # its audit stream head, advanced under the lease
+    lease_owner: str = ""
+    lease_expires_at: int = 0  # epoch seconds
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ def _header(values: dict[str, Any]) -> Header:
         ),
         title=values.get("title", ""),
         audit=Head.of(values),
+        lease_owner=str(values.get("lease_owner") or ""),
+        lease_expires_at=int(values.get("lease_expires_at") or 0),
     )
 
 
@@ -142,6 +146,34 @@ class ConversationStore:
             values.update({**cond_values, **set_values})
         update += " REMOVE title" if drop_title else ""
         return {"Update": {**self._held(conversation_id, owner, update, values), "ConditionExpression": condition}}
+
+    def pass_lease(self, conversation_id: str, owner: str, to: str, lease_until: int) -> None:
+        """Hand ``owner``'s lease to ``to`` (a turn handed to the worker); Conflict if it is no longer ours."""
+        try:
+            self._db.update_item(
+                **self._held(
+                    conversation_id,
+                    owner,
+                    "SET lease_owner = :to, lease_expires_at = :until",
+                    {":to": to, ":until": lease_until},
+                )
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            raise Conflict("the conversation's lease was lost before the hand-over") from None
+
+    def renew_lease(self, conversation_id: str, owner: str, lease_until: int) -> bool:
+        """Extend ``owner``'s lease (the worker, while a model call runs); False once it is someone else's."""
+        try:
+            self._db.update_item(
+                **self._held(conversation_id, owner, "SET lease_expires_at = :until", {":until": lease_until})
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            return False
+        return True
 
     def release_lease(self, conversation_id: str, owner: str, *, erased_at: str | None = None) -> None:
         """Give the lease up, if it is still ``owner``'s. With ``erased_at`` the header is marked erased and

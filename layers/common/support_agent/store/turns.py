@@ -46,6 +46,8 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # 1 to 255 visible ASCII 
 TURN_ID = re.compile(r"^turn_[0-9A-HJKMNP-TV-Z]{26}$")
 TurnStatus = Literal["running", "completed", "failed", "refused"]
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# A turn's end: its answer stored, and out of the sparse index of handed-over turns still running.
+_ENDED = "SET #st = :st, reply_status = :code, reply_body = :body, finished_at = :now REMOVE #run, lease_check_at"
 
 
 class IdempotencyKeyReused(ServiceError):
@@ -84,10 +86,22 @@ class Turn:
     running_until: int  # epoch seconds: a turn still `running` after this was interrupted (its function died)
     response_status: int | None = None
     response: dict[str, Any] | None = None
+    actor: str = ""  # the JWT's sub: the worker acts (and audits) as the customer who asked
+    message: str | None = None  # the customer's message (None once erased)
+    handover_token: str | None = None  # set when the turn was handed to the worker (the lease passed to it)
+    message_seq: int | None = None  # where the message goes if it was not stored before the hand-over
+    carried: dict[str, Any] | None = None  # what the synchronous part did: iterations, usage, trace
+    restarts: int = 0  # times the turn sweep sent the turn to the queue again
 
     @classmethod
     def of(cls, item: dict[str, Any]) -> Turn:
         return cls(
+            actor=str(item.get("actor") or ""),
+            message=item.get("message_text"),
+            handover_token=item.get("handover_token"),
+            message_seq=int(item["message_seq"]) if item.get("message_seq") is not None else None,
+            carried=json.loads(zlib.decompress(bytes(item["carried"]))) if item.get("carried") else None,
+            restarts=int(item.get("restarts") or 0),
             turn_id=str(item["turn_id"]),
             conversation_id=str(item["conversation"]),
             customer_id=int(item["customer_id"]),
@@ -164,6 +178,7 @@ class TurnStore:
     def claim(
         self,
         customer_id: int,
+        actor: str,
         key: str | None,
         print_: str,
         conversation_id: str,
@@ -185,6 +200,8 @@ class TurnStore:
             new_conversation=new_conversation,
             created_at=now,
             running_until=now_epoch + running_seconds,
+            actor=actor,
+            message=message,
         )
         record = {
             **self._turn_key(conversation_id, turn.turn_id),
@@ -198,6 +215,7 @@ class TurnStore:
             "created_at": now,
             "running_until": turn.running_until,
             "idempotency_key": key is not None,
+            "actor": actor,
         }
         items: list[dict[str, Any]] = [
             {
@@ -246,7 +264,7 @@ class TurnStore:
         state = "completed" if status == 200 else "failed"
         self._set(
             turn,
-            "SET #st = :st, reply_status = :code, reply_body = :body, finished_at = :now",
+            _ENDED,
             {":st": state, ":code": status, ":body": self._packed(body), ":now": now},
         )
 
@@ -254,7 +272,7 @@ class TurnStore:
         """Refused before anything was stored: the turn says so, and its key is free for the resend."""
         self._set(
             turn,
-            "SET #st = :st, reply_status = :code, reply_body = :body, finished_at = :now",
+            _ENDED,
             {":st": "refused", ":code": status, ":body": self._packed(body), ":now": now},
         )
         if key is not None:
@@ -269,6 +287,123 @@ class TurnStore:
             except ClientError as exc:
                 if not is_conditional_failure(exc):
                     raise
+
+    # -- the hand-over (agent/handover.py) and the worker's take-over ---------------------------------
+
+    def hand_over(
+        self,
+        turn: Turn,
+        token: str,
+        message_seq: int | None,
+        carried: dict[str, Any],
+        *,
+        now_epoch: int,
+        check_after: int,
+        running_seconds: int,
+    ) -> None:
+        """Record that the turn goes to the worker with ``token``: before the message is sent and the lease
+        passed, so a crash in between leaves a turn the sweep can send again (``running``, ``lease_check_at``:
+        the sparse index ``turns_running``)."""
+        update = (
+            "SET handover_token = :token, carried = :carried, #run = :one, lease_check_at = :check, "
+            "running_until = :until"
+        )
+        values: dict[str, Any] = {
+            ":token": token,
+            ":carried": self._packed(carried),
+            ":one": "1",
+            ":check": now_epoch + check_after,
+            ":until": now_epoch + running_seconds,
+        }
+        if message_seq is not None:
+            update += ", message_seq = :mseq"
+            values[":mseq"] = message_seq
+        self._db.update_item(
+            TableName=self._table,
+            Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
+            UpdateExpression=update,
+            ConditionExpression="turn_id = :t AND #st = :running AND attribute_not_exists(handover_token)",
+            ExpressionAttributeNames={"#st": "status", "#run": "running"},
+            ExpressionAttributeValues=to_values({**values, ":t": turn.turn_id, ":running": "running"}),
+        )
+
+    def take_over(self, turn: Turn, handed: str, mine: str, *, now_epoch: int, lease_until: int) -> bool:
+        """The worker takes the conversation's lease from the handed-over token (or, once that lease expired: a
+        worker or the hand-over died, from whoever held it) to a token of its own, in one transaction with a
+        check that the turn is still running with that hand-over. False when it was not taken: a duplicate
+        delivery, a turn already ended, or a lease someone still holds (the sweep sends the turn again once
+        it is free)."""
+        try:
+            self._db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": to_item({"conversation_id": turn.conversation_id, "seq": 0}),
+                            "UpdateExpression": "SET lease_owner = :mine, lease_expires_at = :until",
+                            "ConditionExpression": "attribute_exists(conversation_id) AND "
+                            "(lease_owner = :handed OR lease_expires_at < :now OR attribute_not_exists(lease_owner))",
+                            "ExpressionAttributeValues": to_values(
+                                {":mine": mine, ":until": lease_until, ":handed": handed, ":now": now_epoch}
+                            ),
+                        }
+                    },
+                    {
+                        "ConditionCheck": {
+                            "TableName": self._table,
+                            "Key": to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
+                            "ConditionExpression": "handover_token = :handed AND #st = :running",
+                            "ExpressionAttributeNames": {"#st": "status"},
+                            "ExpressionAttributeValues": to_values({":handed": handed, ":running": "running"}),
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                return False
+            raise
+        return True
+
+    def running_since(self, now_epoch: int, limit: int = 50) -> list[Turn]:
+        """Handed-over turns still running whose lease is due for a check (the sweep), oldest first."""
+        out = self._db.query(
+            TableName=self._table,
+            IndexName="turns_running",
+            KeyConditionExpression="#run = :one AND lease_check_at < :now",
+            ExpressionAttributeNames={"#run": "running"},
+            ExpressionAttributeValues=to_values({":one": "1", ":now": now_epoch}),
+            Limit=limit,
+        )
+        return [Turn.of(from_item(i)) for i in out.get("Items", [])]
+
+    def restarted(self, turn: Turn, check_after: int, now_epoch: int, *, count: bool = True) -> None:
+        """The sweep sent the turn again (``count``) or found it moving: not checked again for ``check_after``
+        seconds. A turn that ended meanwhile is left as it is."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
+                UpdateExpression="SET lease_check_at = :check ADD restarts :n",
+                ConditionExpression="#st = :running",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=to_values(
+                    {":check": now_epoch + check_after, ":n": int(count), ":running": "running"}
+                ),
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+
+    def fail(self, turn: Turn, code: str, message: str, now: str) -> bool:
+        """The sweep ends a turn it gave up on: ``failed`` with ``{"error": {code, message}}`` (500)."""
+        try:
+            self.finish(turn, 500, {"error": {"code": code, "message": message}}, now)
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False  # it ended meanwhile
+            raise
+        return True
 
     @staticmethod
     def _packed(body: dict[str, Any]) -> bytes:
@@ -286,7 +421,7 @@ class TurnStore:
             Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
             UpdateExpression=update,
             ConditionExpression="turn_id = :t AND #st = :running",
-            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeNames={"#st": "status", "#run": "running"},
             ExpressionAttributeValues=to_values({**values, ":t": turn.turn_id, ":running": "running"}),
         )
 
