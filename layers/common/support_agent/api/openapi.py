@@ -99,7 +99,11 @@ def _chat_headers(operation: dict[str, Any]) -> None:
     }
     operation["responses"]["200"]["headers"] = dict(replayed)
     operation["responses"]["202"]["headers"] = {
-        "Location": {"description": "The turn's record: GET it until it is not running", "schema": {"type": "string"}},
+        "Location": {
+            "description": "The turn's record: GET it until it is not running",
+            "required": True,
+            "schema": {"type": "string"},
+        },
         "Preference-Applied": {"description": "`respond-async` when asked for", "schema": {"type": "string"}},
         **replayed,
     }

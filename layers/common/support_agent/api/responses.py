@@ -50,7 +50,9 @@ _WHY = {
     502: "The model API refused the request",
     503: "The model API is unavailable; see Retry-After",
 }
-RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before resending", "schema": {"type": "integer"}}}
+RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before resending", "required": True, "schema": {"type": "integer"}}
+}
 
 
 def error_response(status: int) -> dict[str, Any]:

@@ -12,10 +12,10 @@ table under key prefixes of their own (neither carries ``updated_at``, so ``by_c
 * the **key** ``idem#<customer id>#<SHA-256 of the Idempotency-Key>`` / 0: which turn the key started and
   the fingerprint of the body it came with; ``expires_at`` (the table's TTL) 25 hours on.
 
-A key is claimed with its turn in one transaction, before the rate limit takes a token and before the lease:
-two requests with one key at once make one turn. It is free again when absent, past ``expires_at`` (DynamoDB's
-TTL removes items late), or released: a turn refused before anything was stored (409 lease held, 503 before
-the first write) leaves the key as if it had never been used.
+A resend is answered from its key before the rate limit takes a token; a new key is claimed with its turn in one
+transaction, before the lease: two requests with one key at once make one turn. It is free again when absent,
+past ``expires_at`` (DynamoDB's TTL removes items late), or released: a turn refused before anything was
+stored (409 lease held, 503 before the first write) leaves the key as if it had never been used.
 """
 
 from __future__ import annotations
@@ -426,10 +426,11 @@ class TurnStore:
         )
 
     def erasure_update(self, turn: Turn, erased_at: str) -> dict[str, Any]:
-        """The UpdateItem that removes a turn record's message text and answer (erasure)."""
+        """The UpdateItem that removes a turn record's message text, answer and the synchronous part's trace
+        of a handed-over turn (erasure)."""
         return {
             "TableName": self._table,
             "Key": to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
-            "UpdateExpression": "SET erased_at = :now REMOVE message_text, reply_body",
+            "UpdateExpression": "SET erased_at = :now REMOVE message_text, reply_body, carried",
             "ExpressionAttributeValues": to_values({":now": erased_at}),
         }
