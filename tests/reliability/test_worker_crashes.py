@@ -101,21 +101,24 @@ def drain(h: Harness, queue_url: str) -> list[dict[str, Any]]:
     return out
 
 
-def test_a_worker_crashed_at_every_step_is_finished_by_the_sweep_exactly_once(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    h = harness
+def rig(h: Harness) -> tuple[RefundModel, str, TurnStore, TurnSweeper, TurnWorker]:
+    """A direct refund's model, TurnQueue (and its DLQ), the turn store, the sweep and a worker, on the clock."""
     model = RefundModel(1043, 2500)
     h.agent.llm = model
     queue_url = h.sqs.create_queue(QueueName="TurnQueue")["QueueUrl"]
     dlq_url = h.sqs.create_queue(QueueName="TurnDLQ")["QueueUrl"]
     turns = TurnStore(h.ddb, h.settings.conversations_table)
+    sweeper = TurnSweeper(turns, h.conversations, h.sqs, queue_url, dlq_url, h.settings.lease_seconds, clock=h.clock)
+    return model, queue_url, turns, sweeper, TurnWorker(h.settings, h.agent, turns, h.conversations, clock=h.clock)
+
+
+def test_a_worker_crashed_at_every_step_is_finished_by_the_sweep_exactly_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = harness
+    model, queue_url, turns, sweeper, worker = rig(h)
     world = World.of_settings(h.ddb, h.settings)
     snapshot = MotoSnapshot()
-    sweeper = TurnSweeper(turns, h.conversations, h.sqs, queue_url, dlq_url, h.settings.lease_seconds, clock=h.clock)
-
-    def worker() -> TurnWorker:
-        return TurnWorker(h.settings, h.agent, turns, h.conversations, clock=h.clock)
 
     def fresh() -> tuple[str, dict[str, Any]]:
         snapshot.restore()
@@ -125,7 +128,7 @@ def test_a_worker_crashed_at_every_step_is_finished_by_the_sweep_exactly_once(
     _, message = fresh()
     probe = Faults()
     with faults(h, probe):
-        assert worker().run(message) == "completed"
+        assert worker.run(message) == "completed"
     plan = [
         (i, name, w)
         for i, name in enumerate(probe.calls)
@@ -143,14 +146,14 @@ def test_a_worker_crashed_at_every_step_is_finished_by_the_sweep_exactly_once(
                     faults(h, Faults(at=index, when=when, fault=Crash if alive else Died)),
                     contextlib.suppress(Crash, Died),
                 ):
-                    worker().run(message)
+                    worker.run(message)
             # No new delivery of the message (SQS would wait out its visibility timeout): the sweep alone.
             for _ in range(3):
                 h.clock.advance(2 * h.settings.lease_seconds + 1)
                 sweeper.run()
                 for again in drain(h, queue_url):
-                    worker().run(again)
-                assert worker().run(message) in ("stale", "not_taken")  # a late duplicate of the first message
+                    worker.run(again)
+                assert worker.run(message) in ("stale", "not_taken")  # a late duplicate of the first message
             turn = turns.get(CID, turn_id)
             assert turn is not None and turn.status == "completed", (call, when, alive, turn)
             # The customer's next request is served (after the dead worker's lease expired, if it was left).
@@ -173,13 +176,7 @@ def test_a_hand_over_that_dies_midway_is_finished_by_the_sweep(
     """The chat function dies after recording the hand-over, after sending the message, or after passing the
     lease (before answering): the turn is finished once, by the worker and the sweep."""
     h = harness
-    model = RefundModel(1043, 2500)
-    h.agent.llm = model
-    queue_url = h.sqs.create_queue(QueueName="TurnQueue")["QueueUrl"]
-    dlq_url = h.sqs.create_queue(QueueName="TurnDLQ")["QueueUrl"]
-    turns = TurnStore(h.ddb, h.settings.conversations_table)
-    sweeper = TurnSweeper(turns, h.conversations, h.sqs, queue_url, dlq_url, h.settings.lease_seconds, clock=h.clock)
-    worker = TurnWorker(h.settings, h.agent, turns, h.conversations, clock=h.clock)
+    model, queue_url, turns, sweeper, worker = rig(h)
     targets = {"hand_over": (turns, "hand_over"), "send_message": (h.sqs, "send_message")}
     targets["pass_lease"] = (h.conversations, "pass_lease")
     owner, name = targets[step]

@@ -138,11 +138,7 @@ def chat(body: ChatRequest) -> Any:
             handover=handover,
         )
     except HandedOver:  # the worker finishes it: its record says when (Location)
-        running = {"conversationId": turn.conversation_id, "turnId": turn.turn_id, "status": "running"}
-        headers = {"Location": _turn_location(turn)}
-        if handover is not None and handover.at_once:
-            headers["Preference-Applied"] = "respond-async"
-        return json_response(202, running, headers)
+        return _running(turn, {"Preference-Applied": "respond-async"} if handover and handover.at_once else {})
     except ServiceError as exc:
         status, _code = status_and_code(exc)
         if stored:  # the history moved: a resend gets this answer, not a second turn
@@ -175,15 +171,17 @@ def _handover(services: ChatServices, turn: Turn, sync: Deadline, headers: dict[
     )
 
 
-def _turn_location(turn: Turn) -> str:
-    return f"/api/conversations/{turn.conversation_id}/turns/{turn.turn_id}"
+def _running(turn: Turn, headers: dict[str, str]) -> Response[Any]:
+    """202: the turn goes on; ``Location`` is its record."""
+    body = {"conversationId": turn.conversation_id, "turnId": turn.turn_id, "status": "running"}
+    location = f"/api/conversations/{turn.conversation_id}/turns/{turn.turn_id}"
+    return json_response(202, body, {"Location": location, **headers})
 
 
 def replay(turn: Turn, now_epoch: int) -> Response[Any]:
     """The answer a resend gets: the turn's own answer again, or 202 while it runs."""
     if turn.status == "running" and not turn.interrupted(now_epoch):
-        body = {"conversationId": turn.conversation_id, "turnId": turn.turn_id, "status": "running"}
-        return json_response(202, body, {"Location": _turn_location(turn), "Idempotent-Replayed": "true"})
+        return _running(turn, {"Idempotent-Replayed": "true"})
     if turn.status == "running":  # its function died mid-turn; the next turn's repair answers what it left open
         raise Conflict("the turn with this Idempotency-Key was interrupted; send the message again with a new key")
     return json_response(turn.response_status or 500, turn.response or {}, {"Idempotent-Replayed": "true"})

@@ -318,14 +318,7 @@ class TurnStore:
         if message_seq is not None:
             update += ", message_seq = :mseq"
             values[":mseq"] = message_seq
-        self._db.update_item(
-            TableName=self._table,
-            Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
-            UpdateExpression=update,
-            ConditionExpression="turn_id = :t AND #st = :running AND attribute_not_exists(handover_token)",
-            ExpressionAttributeNames={"#st": "status", "#run": "running"},
-            ExpressionAttributeValues=to_values({**values, ":t": turn.turn_id, ":running": "running"}),
-        )
+        self._set(turn, update, values, also="attribute_not_exists(handover_token)")
 
     def take_over(self, turn: Turn, handed: str, mine: str, *, now_epoch: int, lease_until: int) -> bool:
         """The worker takes the conversation's lease from the handed-over token (or, once that lease expired: a
@@ -415,12 +408,13 @@ class TurnStore:
             packed = zlib.compress(json.dumps(trimmed).encode(), 6)
         return packed
 
-    def _set(self, turn: Turn, update: str, values: dict[str, Any]) -> None:
+    def _set(self, turn: Turn, update: str, values: dict[str, Any], also: str = "") -> None:
+        """An update of a running turn's record (and ``also``, a further condition)."""
         self._db.update_item(
             TableName=self._table,
             Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
             UpdateExpression=update,
-            ConditionExpression="turn_id = :t AND #st = :running",
+            ConditionExpression="turn_id = :t AND #st = :running" + (f" AND {also}" if also else ""),
             ExpressionAttributeNames={"#st": "status", "#run": "running"},
             ExpressionAttributeValues=to_values({**values, ":t": turn.turn_id, ":running": "running"}),
         )
