@@ -137,6 +137,19 @@ def test_a_refused_first_attempt_leaves_the_key_free(api: Api) -> None:
     assert (status, done["reply"], headers.get("Idempotent-Replayed")) == (200, "Now.", None)
     turns = TurnStore(ddb, table(api)).turns_of(cid)
     assert sorted(t.status for t in turns) == ["completed", "completed", "refused"]
+    (refused_turn,) = [t for t in turns if t.status == "refused"]
+    assert refused_turn.message is None  # never ran: its message is not kept
+    # Another customer's conversation: refused as missing, and nothing of the message is left in its partition.
+    other = api.token("customer-8", "customer", 8)
+    status, _, _ = chat(api, {"conversationId": cid, "message": "my card is 4242"}, "key-refused-2", other)
+    assert status == 404
+    assert "4242" not in str(
+        ddb.query(
+            TableName=table(api),
+            KeyConditionExpression="conversation_id = :c",
+            ExpressionAttributeValues={":c": {"S": f"turn#{cid}"}},
+        )["Items"]
+    )
 
 
 def test_the_keys_window_ends(api: Api) -> None:

@@ -269,10 +269,12 @@ class TurnStore:
         )
 
     def release(self, turn: Turn, key: str | None, status: int, body: dict[str, Any], now: str) -> None:
-        """Refused before anything was stored: the turn says so, and its key is free for the resend."""
+        """Refused before anything was stored: the turn says so, and its key is free for the resend. Its message
+        goes: the turn never ran, and a turn refused for a conversation that is not the caller's is in a
+        partition the caller's erasure would never reach."""
         self._set(
             turn,
-            _ENDED,
+            _ENDED + ", message_text",
             {":st": "refused", ":code": status, ":body": self._packed(body), ":now": now},
         )
         if key is not None:
