@@ -4,7 +4,6 @@ streams, `GET /api/audit/verify`, tampering found, racing writers never forking 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import boto3
@@ -14,17 +13,9 @@ from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item
 from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger
 from tests.integration.conftest import Api
+from tests.integration.test_lead_api import wait_status
 from tests.support.aws import serialised_moto
 from tests.support.scripted import answer, tool_use, tools
-
-
-def wait_status(api: Api, approval_id: str, wanted: str, seconds: float = 15) -> dict[str, Any]:
-    until = time.monotonic() + seconds
-    while True:
-        _, body, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
-        if body["status"] == wanted or time.monotonic() > until:
-            return body
-        time.sleep(0.1)
 
 
 def env(api: Api) -> dict[str, str]:
@@ -62,7 +53,7 @@ def _scenario(api: Api) -> tuple[str, str, str]:
     assert status == 200, body
     approval_id = body["trace"][0]["toolCalls"][0]["result"]["approval_id"]
     assert api.call("POST", f"/api/approvals/{approval_id}/approve", token=api.lead())[0] in (200, 202)
-    assert wait_status(api, approval_id, "REFUNDED")["status"] == "REFUNDED"
+    assert wait_status(api, approval_id, "REFUNDED", seconds=15)["status"] == "REFUNDED"
     assert api.call("POST", f"/api/handoffs/{handoff_id}/close", {"note": "called"}, token=api.lead())[0] == 200
     return cid, approval_id, handoff_id
 

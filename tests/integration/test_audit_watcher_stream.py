@@ -19,6 +19,7 @@ from devstack.events import stream_event
 from support_agent import observability as obs
 from support_agent.messages import Usage
 from tests.integration.conftest import Api, load_handler
+from tests.support.metrics import emf_total
 from tests.support.scripted import answer, tool_use, tools
 
 
@@ -64,12 +65,7 @@ def tampered(buffer: io.StringIO) -> list[tuple[str, str, str]]:
 
 
 def tampered_metric(out: str) -> float:
-    total = 0.0
-    for blob in (json.loads(x) for x in out.splitlines() if x.startswith("{")):
-        if "_aws" in blob and obs.AUDIT_ROWS_TAMPERED in blob:
-            value = blob[obs.AUDIT_ROWS_TAMPERED]
-            total += sum(value) if isinstance(value, list) else value
-    return total
+    return emf_total(out, obs.AUDIT_ROWS_TAMPERED)
 
 
 def a_turn_with_audited_tools(api: Api) -> str:

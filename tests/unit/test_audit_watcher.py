@@ -16,6 +16,7 @@ import pytest
 
 from support_agent import audit_watch
 from support_agent import observability as obs
+from tests.support.metrics import emf_total
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/Audit/stream/2026-01-01T00:00:00.000"
@@ -82,12 +83,7 @@ def tampered_lines(buffer: io.StringIO) -> list[dict[str, Any]]:
 
 
 def tampered_count(out: str) -> float:
-    total = 0.0
-    for blob in (json.loads(x) for x in out.splitlines() if x.startswith("{")):
-        if "_aws" in blob and obs.AUDIT_ROWS_TAMPERED in blob:
-            value = blob[obs.AUDIT_ROWS_TAMPERED]
-            total += sum(value) if isinstance(value, list) else value
-    return total
+    return emf_total(out, obs.AUDIT_ROWS_TAMPERED)
 
 
 def test_modify_and_remove_are_counted_and_logged_with_the_key_only(

@@ -350,12 +350,7 @@ class RefundLedger:
         item), so the change and its marker are written together or not at all; `Duplicate` when one of
         their conditions fails.
         """
-        for _ in range(HEAD_RETRIES):
-            try:
-                return self._record(row, outcome, now, actor, request_id, extra_items)
-            except _HeadMoved as moved:
-                row = moved.current  # only the audit stream moved on (another call audited): again, as it is now
-        raise LedgerRace(f"refund {row.sk}: its audit stream kept moving")
+        return self._while_head_moves(row, lambda r: self._record(r, outcome, now, actor, request_id, extra_items))
 
     def _record(
         self,
@@ -460,9 +455,17 @@ class RefundLedger:
         REFUNDED -> FAILED for a lead to retry (attempt ``n + 1``) or release. Conditioned on the row still
         SUCCEEDED with this refund id; otherwise the row as it is comes back and nothing changes.
         """
+        return self._while_head_moves(
+            row, lambda r: self._fail_late(r, refund_id, code, now, actor, request_id, extra_items)
+        )
+
+    @staticmethod
+    def _while_head_moves(row: LedgerRow, write: Callable[[LedgerRow], LedgerRow]) -> LedgerRow:
+        """``write(row)`` again, with the row as it now is, while only its audit stream moved on (another call
+        audited meanwhile); LedgerRace after HEAD_RETRIES."""
         for _ in range(HEAD_RETRIES):
             try:
-                return self._fail_late(row, refund_id, code, now, actor, request_id, extra_items)
+                return write(row)
             except _HeadMoved as moved:
                 row = moved.current
         raise LedgerRace(f"refund {row.sk}: its audit stream kept moving")
