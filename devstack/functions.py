@@ -100,7 +100,8 @@ class FunctionPool:
         except FunctionError:
             if worker.proc.poll() is not None:  # a dead instance is replaced, never reused
                 with self._lock:
-                    self._all.remove(worker)
+                    if worker in self._all:  # (a pool closed under a running call has forgotten it already)
+                        self._all.remove(worker)
                     self._lock.notify()
                 raise
             with self._lock:

@@ -6,10 +6,10 @@
   var $ = SA.$;
 
   // The customers' vocabulary (GET /api/conversations/{id} refunds[].status): PENDING_APPROVAL and
-  // REFUND_IN_PROGRESS still change, so the list is polled while one is shown; the rest are final.
-  var FINAL_REFUND = { REFUNDED: 1, REJECTED: 1, EXPIRED: 1, RELEASED: 1, FAILED: 1 };
+  // REFUND_IN_PROGRESS still change, so the conversation's feed is followed while one is shown; the rest are final
+  // (a FAILED approval may still be retried by a lead: its news comes with the next time the feed is followed).
+  var PENDING_REFUND = { PENDING_APPROVAL: 1, REFUND_IN_PROGRESS: 1 };
   var REFUND_LABEL = { PENDING_APPROVAL: "awaiting approval", REFUND_IN_PROGRESS: "refund in progress" };
-  var REFUND_POLL_MS = 5000;
 
   var state = {
     token: null,
@@ -20,8 +20,17 @@
     simulated: false,
     turn: 0,
     conversationsNext: null,
-    refundTimer: null,
     loadSeq: 0,
+    feed: null, // the open conversation's event feed as followed (see "the event feed")
+    pending: null, // the message being answered: {text, userEl, turnId, firstTurn}
+    live: {}, // turnId -> a turn rendered from the feed as it runs
+    answered: {}, // turnId -> true once its answer is on the page (a 200 body or the feed)
+    historyTail: null, // the history's last turn when it has no answer (it may still be running)
+    refunds: [], // the refunds panel's list
+    refundKnown: {}, // refund key (refundKey) -> the status the page shows
+    refundsPending: false, // a refund of the conversation awaits a lead or the payment provider
+    orderCurrency: {}, // order id -> its currency, from lookup_order results (verbose)
+    refundsTimer: null,
   };
 
   // ---------------------------------------------------------------- sign in
@@ -88,7 +97,9 @@
   }
 
   function signOut(err) {
-    stopRefundPolling();
+    stopFollowing(true);
+    state.pending = null;
+    state.orderCurrency = {};
     state.token = null;
     state.conversationId = null;
     state.loadSeq++;
@@ -165,6 +176,9 @@
 
   function resetConversationView() {
     state.turn = 0;
+    state.live = {};
+    state.answered = {};
+    state.historyTail = null;
     SA.clear($("transcript")).appendChild(h("p", { class: "muted transcript-empty", id: "transcript-empty" }, "Ask about an order, an invoice or a refund."));
     SA.clear($("trace-panel")).appendChild(h("p", { id: "trace-empty", class: "muted" }, "No tool calls yet."));
     renderRefunds([]);
@@ -172,7 +186,7 @@
   }
 
   function newConversation() {
-    stopRefundPolling();
+    stopFollowing(true);
     state.loadSeq++;
     if (state.opening) openDone();
     setConversationId(null);
@@ -182,7 +196,7 @@
 
   function openConversation(id, quiet) {
     var seq = ++state.loadSeq;
-    stopRefundPolling();
+    stopFollowing(true);
     state.opening = true;
     $("send").disabled = true;
     $("chat-status").textContent = "Loading conversation…";
@@ -194,6 +208,7 @@
         resetConversationView();
         renderHistory((r.data && r.data.messages) || []);
         renderRefunds((r.data && r.data.refunds) || []);
+        follow(); // a refund pending, or a last turn without an answer (it may still run)
       },
       function (err) {
         if (seq !== state.loadSeq) return;
@@ -231,10 +246,10 @@
         turn.iterations.push({ iteration: turn.iterations.length + 1, stopReason: null, toolCalls: m.toolCalls || [] });
       }
     });
-    turns.forEach(function (t) {
+    turns.forEach(function (t, i) {
       state.turn++;
-      if (t.user) appendUser(t.user.text, t.user.createdAt);
-      appendReply(
+      var userEl = t.user ? appendUser(t.user.text, t.user.createdAt) : null;
+      var replyEl = appendReply(
         {
           reply: t.texts.join("\n\n"),
           iterations: t.iterations.length,
@@ -243,7 +258,12 @@
         state.turn,
         true
       );
-      appendTraceTurn(state.turn, t.user ? t.user.text : "", t.quiet ? null : t.iterations, true);
+      var traceEl = appendTraceTurn(state.turn, t.user ? t.user.text : "", t.quiet ? null : t.iterations, true);
+      // A last turn without an answer may still be running (the page was reloaded during a long turn): the feed
+      // says, and a running turn then replaces this partial view with its live one.
+      if (i === turns.length - 1 && t.user && !t.texts.length) {
+        state.historyTail = { userText: t.user.text, userEl: userEl, replyEl: replyEl, traceEl: traceEl };
+      }
     });
     scrollTranscript();
   }
@@ -260,17 +280,25 @@
     t.scrollTop = t.scrollHeight;
   }
 
-  function appendUser(text, createdAt) {
-    removeEmpty();
-    var el = h(
+  function userElement(text, createdAt) {
+    return h(
       "article",
       { class: "message user", "aria-label": "You said" },
       h("div", { class: "message-head" }, h("span", { class: "who" }, "You"), createdAt ? h("time", { datetime: createdAt, class: "muted" }, SA.time(createdAt)) : null),
       h("div", { class: "message-text" }, text)
     );
+  }
+
+  function appendUser(text, createdAt) {
+    removeEmpty();
+    var el = userElement(text, createdAt);
     $("transcript").appendChild(el);
     scrollTranscript();
     return el;
+  }
+
+  function simulatedBadge() {
+    return state.simulated ? h("span", { class: "badge sim", title: "Simulated model — answers are generated locally, not by Claude" }, "simulated") : null;
   }
 
   function countCalls(trace) {
@@ -287,6 +315,14 @@
 
   function appendReply(r, turn, fromHistory) {
     removeEmpty();
+    var el = replyElement(r, turn, fromHistory);
+    $("transcript").appendChild(el);
+    scrollTranscript();
+    return el;
+  }
+
+  /** The reply of a turn: a 200 body, a turn rebuilt from the history, or one the feed followed to its end. */
+  function replyElement(r, turn, fromHistory) {
     var calls = countCalls(r.trace);
     var metaList = h("dl", { class: "reply-meta" });
     if (fromHistory) {
@@ -312,26 +348,38 @@
       {
         class: "message assistant reply" + (fromHistory ? " from-history" : ""),
         "data-turn": turn,
+        "data-turn-id": r.turnId || null,
         "data-iterations": r.iterations,
         "data-stop-reason": r.stopReason || null,
         "aria-label": "Agent replied",
       },
-      h("div", { class: "message-head" }, h("span", { class: "who" }, "Agent"), state.simulated ? h("span", { class: "badge sim", title: "Simulated model — answers are generated locally, not by Claude" }, "simulated") : null),
+      h("div", { class: "message-head" }, h("span", { class: "who" }, "Agent"), simulatedBadge()),
       h("div", { class: "message-text reply-text" }, r.reply || h("em", { class: "muted" }, "(no text)")),
       metaList,
       traceLink
     );
-    $("transcript").appendChild(el);
-    scrollTranscript();
     return el;
   }
 
   // ------------------------------------------------------------------ trace
 
   function appendTraceTurn(turn, userText, trace, fromHistory) {
-    var panel = $("trace-panel");
+    return placeTrace(null, traceSection(turn, userText, trace, fromHistory));
+  }
+
+  /** Puts a turn's trace section in the panel, in place of `old` when it is there. */
+  function placeTrace(old, section) {
+    if (old && old.parentNode) {
+      old.parentNode.replaceChild(section, old);
+      return section;
+    }
     var empty = $("trace-empty");
     if (empty) empty.remove();
+    $("trace-panel").appendChild(section);
+    return section;
+  }
+
+  function traceSection(turn, userText, trace, fromHistory) {
     var title = userText ? (userText.length > 60 ? userText.slice(0, 59) + "…" : userText) : "";
     var section = h(
       "section",
@@ -358,11 +406,14 @@
         section.appendChild(itEl);
       });
     }
-    panel.appendChild(section);
+    return section;
   }
 
+  /** One tool call of the trace. From the feed a call may still run (`running`), and with TRANSPARENCY=quiet it
+   * has no input or result (`quiet`): its name alone. */
   function traceCall(c) {
     var err = !!c.isError;
+    var badge = c.running ? h("span", { class: "badge running" }, "running") : err ? h("span", { class: "badge error" }, "error") : h("span", { class: "badge ok" }, "ok");
     return h(
       "li",
       {
@@ -370,20 +421,18 @@
         "data-tool": c.name,
         "data-tool-use-id": c.id || null,
         "data-error": err ? "true" : "false",
+        "data-state": c.running ? "running" : err ? "error" : "ok",
       },
-      h(
-        "div",
-        { class: "trace-call-head" },
-        h("code", { class: "tool-name" }, c.name || "?"),
-        err ? h("span", { class: "badge error" }, "error") : h("span", { class: "badge ok" }, "ok")
-      ),
-      h("div", { class: "trace-io" }, h("span", { class: "io-label" }, "input"), h("pre", { class: "trace-input" }, SA.json(c.input))),
-      h(
-        "div",
-        { class: "trace-io" },
-        h("span", { class: "io-label" }, err ? "error result" : "result"),
-        h("pre", { class: "trace-result" }, c.result === null || c.result === undefined ? "(no result)" : SA.json(c.result))
-      )
+      h("div", { class: "trace-call-head" }, h("code", { class: "tool-name" }, c.name || "?"), badge),
+      c.quiet ? null : h("div", { class: "trace-io" }, h("span", { class: "io-label" }, "input"), h("pre", { class: "trace-input" }, SA.json(c.input))),
+      c.quiet || c.running
+        ? null
+        : h(
+            "div",
+            { class: "trace-io" },
+            h("span", { class: "io-label" }, err ? "error result" : "result"),
+            h("pre", { class: "trace-result" }, c.result === null || c.result === undefined ? "(no result)" : SA.json(c.result))
+          )
     );
   }
 
@@ -406,11 +455,22 @@
       );
     });
     $("refunds-empty").hidden = refunds.length > 0;
-    var pending = refunds.some(function (r) {
-      return !FINAL_REFUND[r.status];
+    state.refunds = refunds;
+    state.refundKnown = {};
+    refunds.forEach(function (r) {
+      state.refundKnown[refundKey(r)] = r.status;
     });
-    if (pending) startRefundPolling();
-    else stopRefundPolling();
+    state.refundsPending = refunds.some(function (r) {
+      return !!PENDING_REFUND[r.status];
+    });
+    if (state.refundsPending) follow();
+    else if (!feedWanted()) pauseFollowing();
+  }
+
+  /** Names a refund the same way in the refunds list and in the feed's news: its approval, or (a direct refund)
+   * its order and amount. */
+  function refundKey(r) {
+    return r.approvalId ? "approval:" + r.approvalId : "direct:" + r.orderId + ":" + r.amountCents;
   }
 
   function refreshRefunds() {
@@ -427,16 +487,447 @@
     );
   }
 
-  function startRefundPolling() {
-    if (state.refundTimer) return;
-    state.refundTimer = setInterval(function () {
-      if (!document.hidden && !state.sending) refreshRefunds();
-    }, REFUND_POLL_MS);
+  /** One read of the conversation for a burst of refund news (its refund ids, its other refunds). */
+  function refreshRefundsSoon() {
+    if (state.refundsTimer) clearTimeout(state.refundsTimer);
+    state.refundsTimer = setTimeout(function () {
+      state.refundsTimer = null;
+      refreshRefunds();
+    }, 300);
   }
 
-  function stopRefundPolling() {
-    if (state.refundTimer) clearInterval(state.refundTimer);
-    state.refundTimer = null;
+  var CURRENCY_SIGN = { USD: "$", EUR: "€", GBP: "£" };
+
+  /** 12000 → "$120.00" (USD), "120.00 CHF"; the currency is the refund's, as the refunds list has it. */
+  function refundAmount(cents, orderId, approvalId) {
+    var known = state.refunds.filter(function (r) {
+      return approvalId ? r.approvalId === approvalId : r.orderId === orderId;
+    })[0];
+    var currency = known && known.currency ? known.currency : state.orderCurrency[orderId];
+    currency = currency ? String(currency).toUpperCase() : null;
+    if (currency && CURRENCY_SIGN[currency]) return CURRENCY_SIGN[currency] + SA.money(cents);
+    return SA.money(cents, currency);
+  }
+
+  // What a lead's decision (approval.decided) or a direct refund settling late (refund.settled) means for the
+  // customer, by the status in the customers' vocabulary.
+  var DECIDED_WORDS = {
+    REFUNDED: "was approved and refunded.",
+    REJECTED: "was not approved; nothing was refunded.",
+    EXPIRED: "expired before a support lead decided; nothing was refunded.",
+    FAILED: "was approved, but the payment provider could not refund it; a support lead will retry or release it.",
+    RELEASED: "was released; nothing was refunded and the amount is available again.",
+  };
+  var SETTLED_WORDS = {
+    REFUNDED: "is complete: the payment provider refunded it.",
+    FAILED: "failed at the payment provider; nothing was refunded.",
+  };
+
+  function refundSentence(e) {
+    var words = (e.type === "approval.decided" ? DECIDED_WORDS : SETTLED_WORDS)[e.status] || "is now " + String(e.status || "updated").toLowerCase().replace(/_/g, " ") + ".";
+    return "Your refund of " + refundAmount(e.amountCents, e.orderId, e.approvalId) + " for order " + e.orderId + " " + words;
+  }
+
+  /** A refund's news from the feed: a line in the conversation, and the refunds panel updated. */
+  function refundNews(e) {
+    removeEmpty();
+    $("transcript").appendChild(
+      h(
+        "div",
+        {
+          class: "message system refund-update",
+          "data-event": e.type,
+          "data-approval-id": e.approvalId || null,
+          "data-order-id": e.orderId,
+          "data-status": e.status,
+          "aria-label": "Refund update",
+        },
+        h(
+          "div",
+          { class: "message-head" },
+          h("span", { class: "who" }, "Refund update"),
+          h("span", { class: "status status-" + String(e.status || "").toLowerCase() }, e.status || "?"),
+          e.at ? h("time", { datetime: e.at, class: "muted" }, SA.time(e.at)) : null
+        ),
+        h("p", { class: "message-text refund-update-text" }, refundSentence(e))
+      )
+    );
+    var key = refundKey(e);
+    var refunds = state.refunds.map(function (r) {
+      return refundKey(r) === key ? Object.assign({}, r, { status: e.status }) : r;
+    });
+    renderRefunds(refunds);
+    state.refundKnown[key] = e.status;
+    refreshRefundsSoon();
+    scrollTranscript();
+  }
+
+  // ---------------------------------------------------------- the event feed
+  //
+  // GET /api/conversations/{id}/events?after=<cursor>&waitSeconds=20 answers as soon as the conversation has an
+  // event after the cursor (a long poll). The page follows it while something is under way — a message being
+  // answered (a turn handed to the worker included: 202), a turn running, a refund awaiting a lead or the payment
+  // provider — and stops otherwise (the poll in flight answers, no other follows): each poll counts against
+  // READS_PER_MINUTE. One poll at a time; errors and 429s back off (Retry-After honoured); a hidden page cancels its
+  // poll and resumes from its cursor when shown again.
+  //
+  // Each (re)start first catches up (waitSeconds=0 until a page comes back empty), then renders what it read: a
+  // turn that ended within the catch-up is on the page already (the history, or a 200 body) unless it is the one
+  // awaited; of the refund news only the last of each refund, and only when the page shows another status.
+  // Event text goes into the page as text (h() makes text nodes), never as HTML.
+
+  var FEED_WAIT_SECONDS = 20;
+  var FEED_RETRY_MS = [1000, 2000, 5000, 10000, 30000];
+
+  function feedWanted() {
+    if (state.pending || state.refundsPending || state.historyTail) return true;
+    return Object.keys(state.live).some(function (id) {
+      return !state.live[id].ended;
+    });
+  }
+
+  /** Follows the open conversation's feed, if anything is under way there (no-op when it already does). */
+  function follow() {
+    if (!state.token || !state.conversationId || document.hidden || !feedWanted()) return;
+    var f = state.feed;
+    if (!f || f.conversationId !== state.conversationId) {
+      stopFollowing(true);
+      f = state.feed = { conversationId: state.conversationId, cursor: null, active: false, gen: 0, timer: null, request: null, failures: 0 };
+    }
+    if (f.active) return;
+    f.active = true;
+    if (f.request) return; // the poll still in flight from before goes on
+    f.catchingUp = true;
+    f.catchCursor = f.cursor;
+    f.caught = [];
+    pollSoon(f, 0);
+  }
+
+  /** Nothing is under way: no poll after the one in flight (its events are still shown). */
+  function pauseFollowing() {
+    var f = state.feed;
+    if (!f) return;
+    f.active = false;
+    if (f.timer) clearTimeout(f.timer);
+    f.timer = null;
+    feedStatus(null);
+  }
+
+  /** Stops following now, a poll in flight cancelled (a hidden page, sign-out); `forget` drops the cursor too
+   * (another conversation). */
+  function stopFollowing(forget) {
+    var f = state.feed;
+    if (f) {
+      f.active = false;
+      f.gen++;
+      if (f.timer) clearTimeout(f.timer);
+      f.timer = null;
+      if (f.request) f.request.abort();
+      f.request = null;
+    }
+    if (forget) state.feed = null;
+    feedStatus(null);
+  }
+
+  function pollSoon(f, ms) {
+    if (f.timer) clearTimeout(f.timer);
+    f.timer = setTimeout(function () {
+      f.timer = null;
+      pollFeed(f);
+    }, ms);
+  }
+
+  function pollFeed(f) {
+    if (!f.active || f !== state.feed || f.request || !state.token) return;
+    var gen = f.gen;
+    var after = f.catchingUp ? f.catchCursor : f.cursor;
+    var path =
+      "/api/conversations/" +
+      encodeURIComponent(f.conversationId) +
+      "/events?waitSeconds=" +
+      (f.catchingUp ? 0 : FEED_WAIT_SECONDS) +
+      (after ? "&after=" + encodeURIComponent(after) : "");
+    var ctrl = typeof AbortController === "function" ? new AbortController() : null;
+    f.request = ctrl || { abort: function () {} };
+    SA.api(path, { token: state.token, signal: ctrl ? ctrl.signal : undefined }).then(
+      function (r) {
+        if (gen !== f.gen) return;
+        f.request = null;
+        f.failures = 0;
+        feedStatus(null);
+        feedPage(f, r.data || {});
+      },
+      function (err) {
+        if (gen !== f.gen) return;
+        f.request = null;
+        feedFailed(f, err);
+      }
+    );
+  }
+
+  function feedPage(f, page) {
+    var gen = f.gen;
+    var events = page.events || [];
+    if (f.catchingUp) {
+      f.caught = f.caught.concat(events);
+      if (page.nextCursor) f.catchCursor = page.nextCursor;
+      if (events.length) return pollSoon(f, 0); // there may be more
+      f.catchingUp = false;
+      f.cursor = f.catchCursor;
+      var caught = f.caught;
+      f.caught = [];
+      applyCaughtUp(caught);
+    } else {
+      if (page.nextCursor) f.cursor = page.nextCursor;
+      events.forEach(applyEvent);
+    }
+    if (f !== state.feed || f.gen !== gen) return; // what it showed ended the following (sign-out, a 401)
+    f.active = feedWanted() && !document.hidden && !!state.token;
+    if (f.active) pollSoon(f, 0);
+  }
+
+  function feedFailed(f, err) {
+    if (err.status === 401) {
+      handleError(err, $("chat-error"));
+      return;
+    }
+    if (err.status === 404) {
+      // Not (or no longer) this customer's conversation: there is nothing to follow.
+      f.active = false;
+      if (state.pending && state.pending.turnId) failPending(err);
+      return;
+    }
+    if (err.status === 400) {
+      // A cursor the feed does not take: from the start again (what is on the page is not shown twice).
+      f.cursor = f.catchCursor = null;
+      f.catchingUp = true;
+      f.caught = [];
+    }
+    f.failures++;
+    var wait = FEED_RETRY_MS[Math.min(f.failures, FEED_RETRY_MS.length) - 1];
+    var retryAfter = Number(err.retryAfter);
+    if (err.status === 429 && retryAfter > 0) wait = Math.max(wait, retryAfter * 1000);
+    feedStatus("Live updates paused (" + (err.code || "error") + "); retrying in " + Math.ceil(wait / 1000) + " s.");
+    pollSoon(f, wait);
+  }
+
+  function feedStatus(text) {
+    var el = $("feed-status");
+    el.textContent = text || "";
+    el.hidden = !text;
+  }
+
+  function isAwaited(turnId) {
+    return !!(state.pending && state.pending.turnId && state.pending.turnId === turnId);
+  }
+
+  function applyCaughtUp(events) {
+    var ended = {};
+    var news = {};
+    var tailTurn = null;
+    events.forEach(function (e) {
+      if (e.turnId && (e.type === "turn.completed" || e.type === "turn.failed")) ended[e.turnId] = true;
+      if (state.historyTail && e.type === "message" && e.role === "user" && e.text === state.historyTail.userText) tailTurn = e.turnId;
+    });
+    events.forEach(function (e) {
+      if (e.type === "approval.decided" || e.type === "refund.settled") news[refundKey(e)] = e;
+      else if (!e.turnId || !ended[e.turnId] || state.live[e.turnId] || isAwaited(e.turnId) || e.turnId === tailTurn) applyEvent(e);
+    });
+    state.historyTail = null; // a turn still running has taken its place by now
+    Object.keys(news).forEach(function (key) {
+      if (state.refundKnown[key] !== news[key].status) applyEvent(news[key]);
+    });
+  }
+
+  function applyEvent(e) {
+    if (e.type === "approval.decided" || e.type === "refund.settled") return refundNews(e);
+    if (!e.turnId || state.answered[e.turnId]) return;
+    var t = liveTurn(e.turnId);
+    var seen = [e.type, e.at, e.toolUseId || "", e.role || "", e.text || ""].join("|");
+    if (t.seen[seen]) return; // read again (the feed started over)
+    t.seen[seen] = true;
+    if (e.type === "message" && e.role === "user") liveUser(t, e.text || "");
+    else if (e.type === "message") liveText(t, e.text || "", e.at);
+    else if (e.type === "tool.requested") liveTool(t, e);
+    else if (e.type === "tool.finished") liveToolDone(t, e);
+    else if (e.type === "turn.completed") liveCompleted(t, e);
+    else if (e.type === "turn.failed") liveFailed(t, e.error || {});
+    scrollTranscript();
+  }
+
+  // ------------------------------------------------------- a turn as it runs
+
+  /** What a tool call does, in words ("Looking up order 1042"); without its input (quiet) from its name. */
+  function toolLabel(name, input, done) {
+    var i = input && typeof input === "object" ? input : {};
+    var order = i.order_id !== undefined && i.order_id !== null ? " order " + i.order_id : null;
+    if (name === "lookup_order") return (done ? "Looked up" : "Looking up") + (order || " an order");
+    if (name === "list_invoices") return (done ? "Listed" : "Listing") + " invoices" + (order ? " of" + order : "");
+    if (name === "request_refund") {
+      var amount = i.amount_cents !== undefined && i.amount_cents !== null ? " of " + refundAmount(i.amount_cents, i.order_id, null) : "";
+      return (done ? "Requested" : "Requesting") + " a refund" + amount + (order ? " for" + order : "");
+    }
+    if (name === "escalate_to_human") return done ? "Asked for a support teammate" : "Asking for a support teammate";
+    return (done ? "Ran " : "Running ") + (name || "a tool");
+  }
+
+  /** The turn's live view (made on its first event): its steps, its narration, then its answer. */
+  function liveTurn(turnId) {
+    var t = state.live[turnId];
+    if (t) return t;
+    removeEmpty();
+    state.turn++;
+    t = state.live[turnId] = { id: turnId, n: state.turn, seen: {}, steps: {}, iterations: [], lastAt: null, text: null, userText: "", ended: false, traceEl: null };
+    t.progress = h("ol", { class: "progress", "aria-label": "What the agent did" });
+    t.textEl = h("div", { class: "message-text reply-text", hidden: true });
+    t.stateEl = h("span", { class: "turn-state muted" }, "working…");
+    t.el = h(
+      "article",
+      { class: "message assistant live-turn", "data-turn": t.n, "data-turn-id": turnId, "data-state": "running", "aria-busy": "true", "aria-label": "Agent is working" },
+      h("div", { class: "message-head" }, h("span", { class: "who" }, "Agent"), simulatedBadge(), t.stateEl),
+      t.progress,
+      t.textEl
+    );
+    $("transcript").appendChild(t.el);
+    return t;
+  }
+
+  function liveUser(t, text) {
+    t.userText = text;
+    var p = state.pending;
+    if (p && (p.turnId === t.id || (!p.turnId && text === p.text))) {
+      p.turnId = t.id; // the message this page sent: shown already
+      return;
+    }
+    var tail = state.historyTail;
+    if (tail && text === tail.userText) {
+      // The history's unanswered last turn, still running: its live view takes the place of the partial one.
+      state.historyTail = null;
+      if (tail.replyEl) tail.replyEl.remove();
+      if (tail.traceEl) tail.traceEl.remove();
+      return;
+    }
+    t.el.parentNode.insertBefore(userElement(text, null), t.el); // sent from elsewhere (another tab or device)
+  }
+
+  /** The iteration a stored assistant message (identified by its time) belongs to. */
+  function iterationAt(t, at) {
+    var last = t.iterations[t.iterations.length - 1];
+    if (!last || t.lastAt !== at) {
+      last = { iteration: t.iterations.length + 1, stopReason: null, toolCalls: [] };
+      t.iterations.push(last);
+      t.lastAt = at;
+    }
+    return last;
+  }
+
+  function narrate(t) {
+    if (!t.text) return;
+    t.progress.appendChild(h("li", { class: "progress-note" }, t.text));
+    t.text = null;
+    t.textEl.textContent = "";
+    t.textEl.hidden = true;
+  }
+
+  function liveText(t, text, at) {
+    narrate(t); // an earlier text of the turn was narration
+    iterationAt(t, at);
+    t.text = text;
+    t.textEl.textContent = text;
+    t.textEl.hidden = !text;
+  }
+
+  function liveTool(t, e) {
+    if (t.steps[e.toolUseId]) return;
+    narrate(t); // the text before a tool call says what the agent is about to do
+    var quiet = e.input === undefined || e.input === null;
+    var call = { id: e.toolUseId, name: e.name, input: quiet ? undefined : e.input, result: undefined, isError: false, quiet: quiet, running: true };
+    iterationAt(t, e.at).toolCalls.push(call);
+    var label = h("span", { class: "progress-label" }, toolLabel(e.name, call.input, false) + "…");
+    var badge = h("span", { class: "badge running progress-badge" }, "running");
+    var li = h(
+      "li",
+      { class: "progress-step", "data-tool": e.name || null, "data-tool-use-id": e.toolUseId || null, "data-state": "running" },
+      label,
+      " ",
+      h("code", { class: "tool-name" }, e.name || "?"),
+      " ",
+      badge
+    );
+    t.steps[e.toolUseId] = { li: li, label: label, badge: badge, call: call };
+    t.progress.appendChild(li);
+    liveTrace(t);
+  }
+
+  function liveToolDone(t, e) {
+    if (!t.steps[e.toolUseId]) liveTool(t, { toolUseId: e.toolUseId, name: e.name, at: e.at });
+    var step = t.steps[e.toolUseId];
+    var err = !!e.isError;
+    step.call.running = false;
+    step.call.isError = err;
+    step.call.result = e.result;
+    step.li.setAttribute("data-state", err ? "error" : "ok");
+    step.label.textContent = toolLabel(step.call.name, step.call.input, true);
+    step.badge.className = "badge progress-badge " + (err ? "error" : "ok");
+    step.badge.textContent = err ? "error" : "ok";
+    noteResult(e.result, err);
+    liveTrace(t);
+  }
+
+  /** What a tool result (verbose) tells the page: a refund now pending (follow the feed until it is decided), an
+   * order's currency. */
+  function noteResult(result, isError) {
+    if (isError || !result || typeof result !== "object") return;
+    if (PENDING_REFUND[result.status]) state.refundsPending = true;
+    if (result.order_id !== undefined && result.currency) state.orderCurrency[result.order_id] = result.currency;
+  }
+
+  function liveTrace(t) {
+    t.traceEl = placeTrace(t.traceEl, traceSection(t.n, t.userText, t.iterations, false));
+  }
+
+  /** The turn's live view becomes its reply (`el`), keeping the steps it showed. */
+  function settleLive(t, el) {
+    t.ended = true;
+    state.answered[t.id] = true;
+    if (t.progress.children.length) el.insertBefore(t.progress, el.querySelector(".reply-text"));
+    if (t.el.parentNode) t.el.parentNode.replaceChild(el, t.el);
+    else $("transcript").appendChild(el);
+    t.el = el;
+  }
+
+  function liveCompleted(t, e) {
+    var last = t.iterations.length - 1;
+    t.iterations.forEach(function (it, i) {
+      it.stopReason = i === last ? e.stopReason || null : it.toolCalls.length ? "tool_use" : null;
+    });
+    var reply = {
+      turnId: t.id,
+      reply: t.text || "",
+      stopReason: e.stopReason,
+      iterations: e.iterations,
+      inputTokens: e.inputTokens,
+      outputTokens: e.outputTokens,
+      cacheReadInputTokens: e.cacheReadInputTokens,
+      cacheCreationInputTokens: e.cacheCreationInputTokens,
+      trace: t.iterations,
+    };
+    settleLive(t, replyElement(reply, t.n, false));
+    liveTrace(t);
+    if (isAwaited(t.id)) finishSend(state.pending);
+    else refreshRefundsSoon(); // a turn from elsewhere may have raised a refund
+  }
+
+  function liveFailed(t, error) {
+    t.ended = true;
+    state.answered[t.id] = true;
+    t.el.classList.add("failed");
+    t.el.setAttribute("data-state", "failed");
+    t.el.setAttribute("aria-busy", "false");
+    t.el.setAttribute("aria-label", "Agent could not answer");
+    t.stateEl.textContent = "";
+    t.el.appendChild(h("p", { class: "failed-note" }, "The agent could not finish this turn (" + (error.code || "error") + (error.message ? ": " + error.message : "") + ")."));
+    if (isAwaited(t.id)) failPending(new SA.ApiError(500, error.code || "turn_failed", error.message || "The turn failed", null));
   }
 
   // ------------------------------------------------------------------- send
@@ -450,34 +941,48 @@
     $("chat-status").textContent = on ? "The agent is working…" : "";
   }
 
-  // A long turn goes on in the worker (202): its record is read every few seconds until it ends (reads count
-  // against READS_PER_MINUTE; a 429 waits its Retry-After). Resolves like the 200 would have.
-  function awaitTurn(running, seq) {
-    var path = "/api/conversations/" + encodeURIComponent(running.conversationId) + "/turns/" + encodeURIComponent(running.turnId);
-    $("chat-status").textContent = "The agent is still working (a long turn)…";
-    return new Promise(function (resolve, reject) {
-      function poll(delay) {
-        window.setTimeout(function () {
-          if (seq !== state.loadSeq) return resolve({ status: 200, data: null });
-          SA.api(path, { token: state.token }).then(
-            function (r) {
-              var turn = r.data || {};
-              if (turn.status === "completed") return resolve({ status: 200, data: turn.response });
-              if (turn.status === "failed") {
-                var e = turn.error || {};
-                return reject(new SA.ApiError(500, e.code || "turn_failed", e.message || "The turn failed", null));
-              }
-              poll(3000);
-            },
-            function (err) {
-              if (err.status === 429) return poll(1000 * (err.retryAfter || 5));
-              reject(err);
-            }
-          );
-        }, delay);
-      }
-      poll(2000);
+  /** A 200 body: the turn's reply, in place of its live view when the feed showed it running (never twice). */
+  function showAnswer(data, userText) {
+    var t = data.turnId ? state.live[data.turnId] : null;
+    if (data.turnId) state.answered[data.turnId] = true;
+    if (t && t.ended) return; // the feed showed its end already
+    (data.trace || []).forEach(function (it) {
+      (it.toolCalls || []).forEach(function (c) {
+        noteResult(c.result, c.isError);
+      });
     });
+    var n = t ? t.n : ++state.turn;
+    var el = replyElement(data, n, false);
+    if (t) settleLive(t, el);
+    else appendReply(data, n, false);
+    if (data.trace) placeTrace(t ? t.traceEl : null, traceSection(n, userText, data.trace, false));
+    scrollTranscript();
+  }
+
+  function finishSend(p) {
+    if (!p || p !== state.pending) return;
+    state.pending = null;
+    setSending(false);
+    if (state.token) $("message").focus();
+    refreshRefunds();
+    if (p.firstTurn) loadConversations(false).then(markCurrentConversation, function () {});
+    if (!feedWanted()) pauseFollowing();
+    else follow();
+  }
+
+  function failPending(err) {
+    var p = state.pending;
+    if (!p) return;
+    state.pending = null;
+    p.userEl.classList.add("failed");
+    p.userEl.appendChild(h("p", { class: "failed-note" }, "Not answered (" + err.code + ")."));
+    var box = $("message");
+    setSending(false);
+    if (!box.value) box.value = p.text;
+    if (p.firstTurn && state.conversationId) loadConversations(false).then(markCurrentConversation, function () {});
+    if (!feedWanted()) pauseFollowing();
+    handleError(err, $("chat-error"), "The message was not answered");
+    if (state.token) box.focus();
   }
 
   function send() {
@@ -489,40 +994,34 @@
       return;
     }
     SA.showError($("chat-error"), null);
-    var userEl = appendUser(text);
+    var p = { text: text, userEl: appendUser(text), turnId: null, firstTurn: !state.conversationId };
+    state.pending = p;
     box.value = "";
     setSending(true);
-    var seq = state.loadSeq;
+    follow(); // a conversation with an id: its turn's steps show as they are stored
     // One key per message: a resend of it (a lost answer) gets the same turn, never a second one.
     var key = window.crypto && window.crypto.randomUUID ? window.crypto.randomUUID() : String(Date.now()) + Math.random();
-    SA.api("/api/chat", { method: "POST", token: state.token, idempotencyKey: key, body: { conversationId: state.conversationId, message: text } })
-      .then(function (r) {
-        return r.status === 202 ? awaitTurn(r.data || {}, seq) : r;
-      })
-      .then(
-        function (r) {
-          if (seq !== state.loadSeq) return;
-          var data = r.data || {};
-          var firstTurn = !state.conversationId;
-          if (data.conversationId) setConversationId(data.conversationId);
-          state.turn++;
-          appendReply(data, state.turn, false);
-          if (data.trace) appendTraceTurn(state.turn, text, data.trace, false);
-          refreshRefunds();
-          if (firstTurn) loadConversations(false).then(markCurrentConversation, function () {});
-        },
-        function (err) {
-          if (seq !== state.loadSeq) return;
-          userEl.classList.add("failed");
-          userEl.appendChild(h("p", { class: "failed-note" }, "Not answered (" + err.code + ")."));
-          if (!box.value) box.value = text;
-          handleError(err, $("chat-error"), "The message was not answered");
+    SA.api("/api/chat", { method: "POST", token: state.token, idempotencyKey: key, body: { conversationId: state.conversationId, message: text } }).then(
+      function (r) {
+        if (p !== state.pending) return; // answered by the feed already, or signed out
+        var data = r.data || {};
+        if (data.conversationId) setConversationId(data.conversationId);
+        if (data.turnId) p.turnId = data.turnId;
+        if (r.status === 202) {
+          // The turn goes on in the worker: the feed shows its steps and its answer, and ends the send.
+          $("chat-status").textContent = "The agent is still working (a long turn)…";
+          if (p.firstTurn) loadConversations(false).then(markCurrentConversation, function () {});
+          p.firstTurn = false;
+          follow();
+          return;
         }
-      )
-      .then(function () {
-        setSending(false);
-        if (state.token) $("message").focus();
-      });
+        showAnswer(data, text);
+        finishSend(p);
+      },
+      function (err) {
+        if (p === state.pending) failPending(err);
+      }
+    );
   }
 
   // ------------------------------------------------------------------- init
@@ -557,6 +1056,17 @@
       });
     });
     $("refresh-refunds").addEventListener("click", refreshRefunds);
+    // A hidden or left page stops following its conversation; shown again, it goes on from where it was.
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden) stopFollowing(false);
+      else follow();
+    });
+    window.addEventListener("pagehide", function () {
+      stopFollowing(false);
+    });
+    window.addEventListener("pageshow", function (e) {
+      if (e.persisted) follow();
+    });
 
     SA.devTokens().then(function (tokens) {
       renderDevCustomers(tokens);

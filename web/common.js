@@ -20,7 +20,8 @@
 
   /**
    * Call the API. Resolves {status, data}; rejects with ApiError.
-   * opts: {method, body (object, sent as JSON), token}
+   * opts: {method, body (object, sent as JSON), token, idempotencyKey, signal (an AbortSignal: a cancelled call
+   * rejects with code "aborted")}
    */
   function api(path, opts) {
     opts = opts || {};
@@ -28,6 +29,7 @@
     if (opts.token) headers.Authorization = "Bearer " + opts.token;
     if (opts.idempotencyKey) headers["Idempotency-Key"] = opts.idempotencyKey;
     var init = { method: opts.method || "GET", headers: headers, cache: "no-store" };
+    if (opts.signal) init.signal = opts.signal;
     if (opts.body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(opts.body);
@@ -55,6 +57,7 @@
         });
       },
       function (e) {
+        if (e && e.name === "AbortError") throw new ApiError(0, "aborted", "The request was cancelled", null);
         throw new ApiError(0, "network_error", "Could not reach the API" + (base ? " at " + base : "") + " (" + (e && e.message ? e.message : e) + ")", null);
       }
     );

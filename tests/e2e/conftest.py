@@ -15,6 +15,7 @@ locally, with the reason; under CI it fails them, since CI has to prove the brow
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -188,8 +189,14 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
+# The chat page's event feed: a long poll (up to 20 s) is in flight whenever the page follows a conversation, and the
+# page cancels it when it is left. settle() does not wait for it.
+FEED_POLL = re.compile(r"/api/conversations/[^/?]+/events(\?|$)")
+
+
 class PageWatch:
-    """Console errors and uncaught exceptions of one page (across navigations), and its requests in flight."""
+    """Console errors and uncaught exceptions of one page (across navigations), and its requests in flight (the
+    event feed's long polls left out: FEED_POLL)."""
 
     def __init__(self) -> None:
         self.errors: list[str] = []
@@ -203,11 +210,13 @@ class PageWatch:
     def page_error(self, err: Error) -> None:
         self.errors.append(f"pageerror: {err.message}")
 
-    def request_started(self, _request: Any) -> None:
-        self.in_flight += 1
+    def request_started(self, request: Any) -> None:
+        if not FEED_POLL.search(request.url):
+            self.in_flight += 1
 
-    def request_ended(self, _request: Any) -> None:
-        self.in_flight = max(0, self.in_flight - 1)
+    def request_ended(self, request: Any) -> None:
+        if not FEED_POLL.search(request.url):
+            self.in_flight = max(0, self.in_flight - 1)
 
     def settle(self, pg: Page, quiet_ms: int = 300) -> None:
         """Waits until no request has been in flight for quiet_ms (before navigating away: no aborted calls)."""

@@ -15,6 +15,7 @@ tests/e2e/artifacts/ (not committed).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -538,3 +539,405 @@ def test_customer_asks_for_a_person_and_a_lead_closes_the_handoff(
     screenshot(pg, "03-handoff-trail")
     watch.settle(pg)
     assert watch.errors == [], watch.errors
+
+
+# ------------------------------------------------------------------ the conversation's event feed (issue 18)
+#
+# The chat page follows GET /api/conversations/{id}/events (a long poll) while a turn runs or a refund is pending:
+# a turn handed to the worker (202) shows its tool calls as they happen, then its answer; a lead's decision reaches
+# the open page; the feed's text is only ever text; and the page stops polling when nothing is under way.
+
+# The first model call outlasts SyncTurnSeconds (20) minus ModelCallBudgetSeconds (8): the turn goes to the worker
+# (202) before its second call. The worker's calls are slower than the feed's longest pause between reads (2 s), so
+# each step shows before the answer.
+FIRST_CALL_SECONDS = 12.5
+WORKER_CALL_SECONDS = 3.0
+LONG_TURN_TIMEOUT_MS = 60_000
+
+# Records, in the page, every tool step seen in a turn still running (a step can show and finish between two of the
+# test's looks at the page).
+SEEN_WHILE_RUNNING = """() => {
+    window.__seenWhileRunning = [];
+    const look = () => document.querySelectorAll('.live-turn[data-state="running"] .progress-step').forEach(s => {
+        const key = s.dataset.tool + ':' + s.dataset.state;
+        if (!window.__seenWhileRunning.includes(key)) window.__seenWhileRunning.push(key);
+    });
+    new MutationObserver(look).observe(document.getElementById('transcript'),
+        {subtree: true, childList: true, attributes: true, characterData: true});
+}"""
+
+
+def is_chat_post(response: Any) -> bool:
+    return response.request.method == "POST" and response.url.endswith("/api/chat")
+
+
+def test_a_long_turn_shows_its_tool_calls_as_they_happen_then_its_answer(
+    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path]
+) -> None:
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    assert local_stack.model is not None, "the simulated model"
+    model = local_stack.model.model
+    urls: list[str] = []
+    pg.on("request", lambda r: urls.append(r.url))
+
+    pg.goto(f"{local_stack.url}/")
+    pg.click("#signin-customer-7")
+    expect(pg.locator("#app")).to_be_visible()
+    pg.evaluate("window.__sameDocument = true")  # gone if the page reloads
+    pg.evaluate(SEEN_WHILE_RUNNING)
+
+    calls = model.requests
+    model.delay_seconds = FIRST_CALL_SECONDS
+    try:
+        pg.fill("#message", "Where is my order 1043? Also refund it.")
+        with pg.expect_response(is_chat_post, timeout=LONG_TURN_TIMEOUT_MS) as answered:
+            pg.click("#send")
+            until = time.monotonic() + 10
+            while model.requests == calls and time.monotonic() < until:
+                time.sleep(0.05)
+            assert model.requests > calls, "the turn's first model call never came"
+            model.delay_seconds = WORKER_CALL_SECONDS  # the calls after it, in the worker
+        response = answered.value
+        assert response.status == 202, response.text()
+        running = response.json()
+        turn_id, conversation_id = running["turnId"], running["conversationId"]
+        expect(pg.locator("#chat-status")).to_contain_text("long turn")
+        expect(pg.locator("#conversation-id")).to_have_text(conversation_id)
+
+        # The turn, still running: the lookup done in the chat function, then the refund the worker requests.
+        live = pg.locator(f'.live-turn[data-turn-id="{turn_id}"]')
+        expect(live.locator('.progress-step[data-tool="lookup_order"]')).to_have_attribute("data-state", "ok")
+        expect(live.locator('.progress-step[data-tool="lookup_order"] .progress-label')).to_have_text(
+            "Looked up order 1043"
+        )
+        screenshot(pg, "01-running")
+
+        # Then the answer, in place of the live view (once), with the steps it showed.
+        reply = pg.locator(f'.reply[data-turn-id="{turn_id}"]')
+        expect(reply).to_have_count(1, timeout=LONG_TURN_TIMEOUT_MS)
+        expect(pg.locator("#send")).to_be_enabled()
+    finally:
+        model.delay_seconds = 0.0
+    expect(reply.locator(".reply-text")).to_contain_text("1043")
+    reply_text = reply.locator(".reply-text").inner_text()
+    assert reply_text.startswith("[simulated model]") and "refund" in reply_text, reply_text
+    assert "Let me look up" not in reply_text  # the narration before a tool call is a step, not the answer
+    expect(reply).to_have_attribute("data-iterations", "3")
+    expect(reply).to_have_attribute("data-stop-reason", "end_turn")
+    expect(pg.locator(f'[data-turn-id="{turn_id}"]')).to_have_count(1)  # not shown twice
+    expect(pg.locator(".live-turn")).to_have_count(0)
+    steps = reply.locator(".progress-step")
+    assert steps.evaluate_all("els => els.map(e => [e.dataset.tool, e.dataset.state])") == [
+        ["lookup_order", "ok"],
+        ["request_refund", "ok"],
+    ]
+    expect(steps.nth(1).locator(".progress-label")).to_have_text("Requested a refund of $25.00 for order 1043")
+    # Seen while the turn ran, before its answer existed: each step (a fast tool's request and result may come in one
+    # read of the feed, so the refund step may have shown "ok" at once).
+    seen = pg.evaluate("window.__seenWhileRunning")
+    assert "lookup_order:ok" in seen, seen
+    assert {"request_refund:running", "request_refund:ok"} & set(seen), seen
+    # The trace panel has both calls with their results (the stack runs verbose).
+    refund_call = pg.locator('.trace-call[data-tool="request_refund"]')
+    expect(refund_call).to_have_count(1)
+    expect(refund_call).to_have_attribute("data-state", "ok")
+    expect(refund_call.locator(".trace-result")).to_contain_text("1043")
+    expect(pg.locator('#refunds .refund[data-order-id="1043"]')).to_be_visible()
+    screenshot(pg, "02-answered")
+
+    assert pg.evaluate("window.__sameDocument") is True  # no reload
+    assert any(f"/api/conversations/{conversation_id}/events?" in u for u in urls), urls
+    assert not any("/turns/" in u for u in urls), "the page polled the turn record instead of following the feed"
+    watch.settle(pg)
+    assert watch.errors == [], watch.errors
+
+
+def test_a_leads_decision_reaches_the_open_chat_and_no_one_else(
+    local_stack: LocalStack,
+    browser: Any,
+    page: tuple[Any, Any],
+    screenshot: Callable[[Any, str], Path],
+    backend: Backend,
+) -> None:
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    feed_in_flight: list[str] = []
+    pg.on("request", lambda r: feed_in_flight.append(r.url) if "/events?" in r.url else None)
+    pg.on("requestfinished", lambda r: feed_in_flight.remove(r.url) if r.url in feed_in_flight else None)
+    pg.on("requestfailed", lambda r: feed_in_flight.remove(r.url) if r.url in feed_in_flight else None)
+
+    # ---- customer 8 asks for a refund over the threshold: it waits for a lead, and the page follows the feed.
+    # $60 of order 2001: over the threshold whether this runs alone (the seed data) or after the tests above (which
+    # left 2001's reservations released, and $1.00 of its payment refunded at Stripe).
+    pg.goto(f"{local_stack.url}/")
+    pg.click("#signin-customer-8")
+    expect(pg.locator("#app")).to_be_visible()
+    pg.evaluate("window.__sameDocument = true")
+    pg.fill("#message", "Please refund $60 of order 2001.")
+    pg.click("#send")
+    expect(pg.locator(".reply").last).to_be_visible(timeout=REPLY_TIMEOUT_MS)
+    expect(pg.locator("#send")).to_be_enabled(timeout=REPLY_TIMEOUT_MS)
+    pending = pg.locator('#refunds .refund[data-order-id="2001"]')
+    expect(pending).to_have_attribute("data-status", "PENDING_APPROVAL")
+    approval_id = pending.get_attribute("data-approval-id")
+    assert approval_id and approval_id.startswith("apr_"), approval_id
+    conversation_id = pg.locator("#conversation-id").inner_text()
+    deadline = time.monotonic() + 10
+    while not feed_in_flight and time.monotonic() < deadline:
+        pg.wait_for_timeout(100)
+    assert feed_in_flight, "the page does not follow the conversation while its refund is pending"
+
+    # ---- customer 7, in a browser context of its own, signed in at the same time
+    other = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        pg7 = other.new_page()
+        urls7: list[str] = []
+        pg7.on("request", lambda r: urls7.append(r.url))
+        pg7.goto(f"{local_stack.url}/")
+        pg7.click("#signin-customer-7")
+        expect(pg7.locator("#app")).to_be_visible()
+        expect(pg7.locator("#conversation-id")).to_have_text("new")
+
+        # ---- the lead approves (through the API); the open chat shows it without a reload
+        resp = backend.http.post(f"/api/approvals/{approval_id}/approve", headers=backend.lead)
+        assert resp.status_code == 200, resp.text
+        line = pg.locator(f'.refund-update[data-approval-id="{approval_id}"]')
+        expect(line).to_have_count(1, timeout=REFUND_TIMEOUT_MS)
+        expect(line).to_have_attribute("data-status", "REFUNDED")
+        expect(line.locator(".refund-update-text")).to_have_text(
+            "Your refund of $60.00 for order 2001 was approved and refunded."
+        )
+        expect(pending).to_have_attribute("data-status", "REFUNDED")
+        expect(pending.locator(".refund-id")).to_contain_text("re_")  # the conversation read again once
+        assert pg.evaluate("window.__sameDocument") is True
+        screenshot(pg, "01-customer-8-sees-the-decision")
+
+        # ---- nothing left pending: the page stops following
+        deadline = time.monotonic() + 5
+        while feed_in_flight and time.monotonic() < deadline:
+            pg.wait_for_timeout(100)
+        assert feed_in_flight == [], feed_in_flight
+
+        # ---- customer 7 saw none of it, and its own token cannot follow that conversation
+        expect(pg7.locator(".refund-update")).to_have_count(0)
+        expect(pg7.locator(f'.conversation-item[data-conversation-id="{conversation_id}"]')).to_have_count(0)
+        expect(pg7.locator("#transcript")).not_to_contain_text("2001")
+        expect(pg7.locator("#refunds .refund")).to_have_count(0)
+        assert not any(conversation_id in u for u in urls7), urls7
+        status = pg7.evaluate(
+            """async (cid) => {
+                const token = sessionStorage.getItem('supportAgent.customerToken');
+                const r = await fetch('/api/conversations/' + cid + '/events?waitSeconds=0',
+                                      {headers: {Authorization: 'Bearer ' + token}});
+                return [r.status, (await r.json()).error.code];
+            }""",
+            conversation_id,
+        )
+        assert status == [404, "not_found"], status
+        screenshot(pg7, "02-customer-7-sees-nothing")
+    finally:
+        other.close()
+    watch.settle(pg)
+    assert watch.errors == [], watch.errors
+
+
+FAKE_CONVERSATION = "conv_01JFEEDTEST0000000000000000"
+HOSTILE_USER_TEXT = '<img src=x onerror="window.__pwned = 1">'
+HOSTILE_REPLY_TEXT = "<b>bold</b> & <script>window.__pwned = 2</script> done"
+
+
+def _event(kind: str, n: int, turn_id: str | None = None, **fields: Any) -> dict[str, Any]:
+    return {"cursor": f"c{n}", "type": kind, "at": f"2026-01-01T00:00:{n:02d}.000Z", "turnId": turn_id, **fields}
+
+
+def _refund(approval_id: str | None, order_id: int, cents: int, status: str) -> dict[str, Any]:
+    return {
+        "approvalId": approval_id,
+        "refundId": None,
+        "orderId": order_id,
+        "amountCents": cents,
+        "currency": "USD",
+        "status": status,
+    }
+
+
+def test_feed_text_quiet_tool_calls_every_decision_and_backoff(
+    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path]
+) -> None:
+    """The page against a scripted feed (the rest of the API is the stack's): an old turn caught up is not shown
+    again; a 429 waits its Retry-After; a turn from elsewhere with quiet tool calls (names only) and hostile text
+    (shown as text); each decision's wording; and no poll once nothing is pending."""
+    from playwright.sync_api import Route, expect
+
+    pg, watch = page
+    refunds = [
+        ("apr_A", 1042, 12000, "REFUNDED"),
+        ("apr_B", 1044, 16000, "REJECTED"),
+        ("apr_C", 1042, 6000, "EXPIRED"),
+        ("apr_D", 1044, 7000, "FAILED"),
+        ("apr_E", 1043, 5100, "RELEASED"),
+    ]
+    pending = [_refund(a, o, c, "PENDING_APPROVAL") for a, o, c, _ in refunds] + [
+        _refund(None, 1043, 2500, "REFUND_IN_PROGRESS")
+    ]
+    final = [_refund(a, o, c, s) for a, o, c, s in refunds] + [_refund(None, 1043, 2500, "REFUNDED")]
+    views = 0
+    old, other = "turn_01OLD", "turn_01ELSEWHERE"
+    pages: list[tuple[int, dict[str, Any]]] = [
+        # the catch-up: a turn of the history (not shown again), then nothing more
+        (
+            200,
+            {
+                "events": [
+                    _event("turn.started", 1, old),
+                    _event("message", 1, old, role="user", text="Please refund my orders."),
+                    _event("message", 2, old, role="assistant", text="They need a lead's approval."),
+                    _event("turn.completed", 3, old, stopReason="end_turn", iterations=1),
+                ],
+                "nextCursor": "c3",
+            },
+        ),
+        (200, {"events": [], "nextCursor": "c3"}),
+        # live: rate limited once
+        (429, {"error": {"code": "rate_limited", "message": "too many reads"}}),
+        # a turn sent from another device, quiet (no tool input or result), with hostile text; a decision
+        (
+            200,
+            {
+                "events": [
+                    _event("turn.started", 4, other),
+                    _event("message", 4, other, role="user", text=HOSTILE_USER_TEXT),
+                    _event("tool.requested", 5, other, toolUseId="toolu_1", name="lookup_order"),
+                    _event("tool.finished", 6, other, toolUseId="toolu_1", name="lookup_order", isError=False),
+                    _event("message", 7, other, role="assistant", text=HOSTILE_REPLY_TEXT),
+                    _event("turn.completed", 8, other, stopReason="end_turn", iterations=2, inputTokens=10),
+                    _event(
+                        "approval.decided",
+                        9,
+                        None,
+                        approvalId="apr_A",
+                        orderId=1042,
+                        amountCents=12000,
+                        status="REFUNDED",
+                    ),
+                ],
+                "nextCursor": "c9",
+            },
+        ),
+        # the other decisions, and a direct refund settled
+        (
+            200,
+            {
+                "events": [
+                    _event("approval.decided", 10 + i, None, approvalId=a, orderId=o, amountCents=c, status=s)
+                    for i, (a, o, c, s) in enumerate(refunds[1:])
+                ]
+                + [_event("refund.settled", 20, None, orderId=1043, amountCents=2500, status="REFUNDED")],
+                "nextCursor": "c20",
+            },
+        ),
+    ]
+    polls: list[tuple[float, str]] = []
+
+    def feed(route: Route) -> None:
+        polls.append((time.monotonic(), route.request.url))
+        status, body = pages.pop(0) if pages else (200, {"events": [], "nextCursor": "c20"})
+        headers = {"Retry-After": "1"} if status == 429 else {}
+        route.fulfill(status=status, json=body, headers=headers)
+
+    def conversation(route: Route) -> None:
+        nonlocal views
+        views += 1
+        view = {
+            "conversationId": FAKE_CONVERSATION,
+            "createdAt": "2026-01-01T00:00:00.000Z",
+            "messages": [
+                {"seq": 1, "role": "user", "createdAt": "2026-01-01T00:00:01.000Z", "text": "Please refund my orders."},
+                {
+                    "seq": 2,
+                    "role": "assistant",
+                    "createdAt": "2026-01-01T00:00:02.000Z",
+                    "text": "They need a lead's approval.",
+                },
+            ],
+            "refunds": pending if views == 1 else final,
+        }
+        route.fulfill(json=view)
+
+    pg.route(re.compile(rf"/api/conversations/{FAKE_CONVERSATION}/events\?"), feed)
+    pg.route(re.compile(rf"/api/conversations/{FAKE_CONVERSATION}$"), conversation)
+    pg.goto(f"{local_stack.url}/")
+    pg.evaluate(f"sessionStorage.setItem('supportAgent.conversationId', '{FAKE_CONVERSATION}')")
+    pg.click("#signin-customer-7")
+    expect(pg.locator("#conversation-id")).to_have_text(FAKE_CONVERSATION)
+
+    lines = pg.locator(".refund-update")
+    expect(lines).to_have_count(6)
+    assert lines.evaluate_all(
+        "els => els.map(e => [e.dataset.event, e.dataset.status, e.innerText.split('\\n').pop()])"
+    ) == [
+        ["approval.decided", "REFUNDED", "Your refund of $120.00 for order 1042 was approved and refunded."],
+        [
+            "approval.decided",
+            "REJECTED",
+            "Your refund of $160.00 for order 1044 was not approved; nothing was refunded.",
+        ],
+        [
+            "approval.decided",
+            "EXPIRED",
+            "Your refund of $60.00 for order 1042 expired before a support lead decided; nothing was refunded.",
+        ],
+        [
+            "approval.decided",
+            "FAILED",
+            "Your refund of $70.00 for order 1044 was approved, but the payment provider could not refund it; "
+            "a support lead will retry or release it.",
+        ],
+        [
+            "approval.decided",
+            "RELEASED",
+            "Your refund of $51.00 for order 1043 was released; "
+            "nothing was refunded and the amount is available again.",
+        ],
+        [
+            "refund.settled",
+            "REFUNDED",
+            "Your refund of $25.00 for order 1043 is complete: the payment provider refunded it.",
+        ],
+    ]
+    expect(
+        pg.locator(
+            '#refunds .refund[data-status="PENDING_APPROVAL"], #refunds .refund[data-status="REFUND_IN_PROGRESS"]'
+        )
+    ).to_have_count(0)
+
+    # The old turn once (from the history); the turn from elsewhere: its message, its quiet step, its answer.
+    expect(pg.locator(".message.user")).to_have_count(2)
+    expect(pg.locator(".message.user .message-text").last).to_have_text(HOSTILE_USER_TEXT)
+    reply = pg.locator(f'.reply[data-turn-id="{other}"]')
+    expect(reply.locator(".reply-text")).to_have_text(HOSTILE_REPLY_TEXT)
+    step = reply.locator('.progress-step[data-tool="lookup_order"]')
+    expect(step).to_have_attribute("data-state", "ok")
+    expect(step.locator(".progress-label")).to_have_text("Looked up an order")
+    expect(step.locator(".tool-name")).to_have_text("lookup_order")
+    quiet_call = pg.locator('.trace-call[data-tool="lookup_order"]')
+    expect(quiet_call).to_have_count(1)
+    expect(quiet_call.locator(".trace-input, .trace-result")).to_have_count(0)
+    assert pg.locator("#transcript img, #transcript b, #transcript script").count() == 0
+    assert pg.evaluate("window.__pwned") is None
+    screenshot(pg, "01-scripted-feed")
+
+    # The 429 was waited out (Retry-After: 1); the catch-up asked without waiting, the live polls with 20 s.
+    assert len(polls) == 5, polls
+    assert polls[3][0] - polls[2][0] >= 0.95, polls
+    assert ["waitSeconds=0" in url for _, url in polls] == [True, True, False, False, False], polls
+    assert "after=c3" in polls[2][1] and "after=c9" in polls[4][1], polls
+    # Nothing pending any more: no further poll.
+    pg.wait_for_timeout(1500)
+    assert len(polls) == 5, polls
+    watch.settle(pg)
+    rate_limited = [e for e in watch.errors if "status of 429" in e]  # the browser's own log line for the 429
+    assert [e for e in watch.errors if e not in rate_limited] == [], watch.errors

@@ -83,7 +83,13 @@ def test_a_resend_while_the_turn_runs_gets_202_and_its_location(api: Api) -> Non
     assert claim.turn is not None
     status, running, headers = chat(api, body, "key-running-1")
     assert status == 202, running
-    assert running == {"conversationId": claim.turn.conversation_id, "turnId": claim.turn.turn_id, "status": "running"}
+    cid = claim.turn.conversation_id
+    assert running == {
+        "conversationId": cid,
+        "turnId": claim.turn.turn_id,
+        "status": "running",
+        "eventsUrl": f"/api/conversations/{cid}/events",
+    }
     assert headers["Location"] == f"/api/conversations/{claim.turn.conversation_id}/turns/{claim.turn.turn_id}"
     assert api.model.requests == []
 

@@ -69,6 +69,9 @@ class Recorder:
         self.on = False
         self.thread = 0
         self.pairs: set[Pair] = set()
+        # (action, partition key) of every item of the Conversations table read or written: whose items a role
+        # bounded by dynamodb:LeadingKeys touched (moto does not evaluate the condition; tests here check it).
+        self.conversation_keys: set[Pair] = set()
         self._types = {k: r["Type"] for k, r in stack.template["Resources"].items()}
         self._names = {v: k for k, v in stack.physical_ids.items()}
         self._names.update({v.rsplit("/", 1)[-1]: k for v, k in list(self._names.items()) if v.startswith("http")})
@@ -90,6 +93,7 @@ class Recorder:
             for item in params["TransactItems"]:
                 ((kind, body),) = item.items()
                 self.pairs.add((f"dynamodb:{ITEM_ACTIONS[kind]}", self._target(body["TableName"])))
+                self._conversation_key(f"dynamodb:{ITEM_ACTIONS[kind]}", body)
             return
         if service == "s3":  # the IAM action (not the API's name) on the bucket or the object's key prefix
             action = S3_ACTIONS.get(operation, operation)
@@ -104,10 +108,24 @@ class Recorder:
             target = self._target(params["TableName"])
             if params.get("IndexName"):
                 target += f"/index/{params['IndexName']}"
+            self._conversation_key(f"{prefix}:{operation}", params)
         else:
             ref = params.get("QueueUrl") or params.get("TopicArn") or params.get("stateMachineArn") or ""
             target = self._target(ref)
         self.pairs.add((f"{prefix}:{operation}", target))
+
+    def _conversation_key(self, action: str, body: dict[str, Any]) -> None:
+        key = body.get("Key") or body.get("Item") or {}
+        if self._target(str(body.get("TableName", ""))) == "ConversationsTable" and "conversation_id" in key:
+            self.conversation_keys.add((action, str(key["conversation_id"]["S"])))
+
+    def notes_only(
+        self, actions: tuple[str, ...] = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+    ) -> bool:
+        """Every item of the Conversations table the function touched with ``actions`` was a notification's
+        (``note#<conversation id>``: what the role's LeadingKeys condition allows), and there was one."""
+        touched = [key for action, key in self.conversation_keys if action in actions]
+        return bool(touched) and all(key.startswith("note#") for key in touched)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +177,7 @@ def as_function(
     boto3.DEFAULT_SESSION = None
     events = boto3._get_default_session().events
     events.register("provide-client-params.*.*", rec, unique_id="rel-recorder")
-    rec.pairs, rec.on, rec.thread = set(), True, threading.get_ident()
+    rec.pairs, rec.conversation_keys, rec.on, rec.thread = set(), set(), True, threading.get_ident()
     try:
         with enable_iam_authentication():
             yield
@@ -374,8 +392,12 @@ def test_approvals_function_under_its_own_role(
             "sns:Publish": lambda: boto3.client("sns").publish(TopicArn=stack.physical_ids["LeadsTopic"], Message="x"),
         }
         used = set(recorder.pairs)
+        # Its GetItem/PutItem on the Conversations table: only the decisions' notifications (`note#`); its
+        # UpdateItem there is also the hand-off close's header and erasure's tombstones (unbounded, as before).
+        notes_only = recorder.notes_only(("dynamodb:GetItem", "dynamodb:PutItem"))
         refused = {name: denied(call) for name, call in forbidden.items()}
     assert all(refused.values()), refused
+    assert notes_only, sorted(recorder.conversation_keys)
     check_pairs(stack, "ApprovalsFunction", used)
 
 
@@ -401,8 +423,13 @@ def test_notifier_and_sweep_under_their_own_roles(
                 assert out["expired"] >= 1 and out["requeued"] >= 1 and out["flows_started"] >= 1, out
                 assert out["errors"] == 0, out
             used = set(recorder.pairs)
+            # The sweep: the expiry's notification and nothing else of the table; the notifier: nothing of it.
+            notes_only = (
+                recorder.notes_only() if function == "ApprovalSweepFunction" else not recorder.conversation_keys
+            )
             refused = _backend_refusals(stack, function)
         assert all(refused.values()), (function, refused)
+        assert notes_only, (function, sorted(recorder.conversation_keys))
         check_pairs(stack, function, used)
 
 
@@ -443,8 +470,10 @@ def test_payments_function_under_its_own_role(
             ),
         }
         used = set(recorder.pairs)
+        notes_only = recorder.notes_only()  # the REFUNDED and FAILED decisions' notifications, nothing else
         refused = {name: denied(call) for name, call in forbidden.items()}
     assert all(refused.values()), refused
+    assert notes_only, sorted(recorder.conversation_keys)
     check_pairs(stack, "PaymentsFunction", used)
 
 
@@ -561,6 +590,27 @@ def test_long_turn_functions_under_their_own_roles(
     assert (out["restarted"], out["dead_lettered"]) == (1, 1), out
     assert all(refused.values()), refused
     check_pairs(stack, "TurnSweepFunction", used)
+
+    # The feed of the finished turn, under EventsFunction's role: reads, and its reader's counter; no write else.
+    events = credentials_for(stack, "EventsFunction")
+    with as_function(api, "EventsFunction", events, recorder, monkeypatch):
+        status, body, _ = api.call("GET", f"/api/conversations/{started[0]['conversationId']}/events")
+        used = set(recorder.pairs)
+        refused = {
+            "PutItem": denied(
+                lambda: boto3.client("dynamodb").put_item(
+                    TableName=turns_table, Item=to_item({"conversation_id": "note#x", "seq": 1})
+                )
+            ),
+            "DeleteItem": denied(
+                lambda: boto3.client("dynamodb").delete_item(
+                    TableName=turns_table, Key=to_item({"conversation_id": "x", "seq": 0})
+                )
+            ),
+        }
+    assert status == 200 and body["events"][-1]["type"] == "turn.completed", body
+    assert all(refused.values()), refused
+    check_pairs(stack, "EventsFunction", used)
 
 
 def _order_of(stack: Stack, approval_id: str) -> int:

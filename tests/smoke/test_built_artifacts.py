@@ -307,6 +307,26 @@ def test_chat_turn_is_served_and_stored(chat_turn: tuple[Invocation, dict[str, A
     assert done.uncompiled == [], f"compiled at import, on every cold start: {done.uncompiled[:20]}"
 
 
+def test_events_function_reads_the_turns_feed_under_the_runtime(
+    invoke: Any, chat_turn: tuple[Invocation, dict[str, Any]]
+) -> None:
+    """EventsFunction (128 MB, its own small handler) serves the chat turn's steps from what the turn stored."""
+    cid = chat_turn[1]["conversationId"]
+    event = event_from("conversation_events.json")
+    event["rawPath"] = event["requestContext"]["http"]["path"] = f"/api/conversations/{cid}/events"
+    event["pathParameters"] = {"id": cid}
+    event["headers"]["authorization"] = f"Bearer {mint_token('customer-7', 'customer', 7, secret=SECRET)}"
+    done = invoke("EventsFunction", event)
+    assert done.result["statusCode"] == 200, done.result
+    got = json.loads(done.result["body"])["events"]
+    assert got[0]["type"] == "turn.started" and got[-1]["type"] == "turn.completed", got
+    requested = [e["name"] for e in got if e["type"] == "tool.requested"]
+    assert requested == ["lookup_order", "request_refund"], got
+    assert {e["turnId"] for e in got} == {chat_turn[1]["turnId"]}
+    assert "support_agent" in done.origins["layer"] and done.origins["task"] == ["app"]
+    assert done.uncompiled == [], done.uncompiled[:20]
+
+
 def test_chat_turn_traces_to_xray(chat_turn: tuple[Invocation, dict[str, Any]], local_aws: LocalAws) -> None:
     documents = [json.loads(p.split(b"\n", 1)[1]) for p in local_aws.state["xray"] if b"\n" in p]
     names = {d.get("name") for d in documents}

@@ -32,6 +32,7 @@ FUNCTIONS = (
     "AuditSealFunction",
     "TurnWorkerFunction",
     "TurnSweepFunction",
+    "EventsFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).

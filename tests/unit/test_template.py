@@ -223,7 +223,13 @@ def test_erasure_is_a_lead_route_that_cannot_delete(sam: dict[str, Any], cfn: di
     routes = {(r.method, r.path): r.function for r in http_routes(sam)}
     assert routes[("POST", "/api/customers/{id}/erase")] == "ApprovalsFunction"
     lead = granted_pairs(cfn, "ApprovalsFunction")
-    assert {a for a, t in lead if t == "ConversationsTable"} == {"dynamodb:UpdateItem", "dynamodb:Query"}
+    # GetItem/PutItem: only on `note#` items, the decisions' notifications (tests/unit/test_notifications_iam.py).
+    assert {a for a, t in lead if t == "ConversationsTable"} == {
+        "dynamodb:UpdateItem",
+        "dynamodb:Query",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+    }
     for function_id in ("ChatFunction", "ApprovalsFunction"):
         actions = {a for a, _ in granted_pairs(cfn, function_id)}
         assert not actions & {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteTable"}, function_id
@@ -554,14 +560,23 @@ ALLOWED: dict[str, set[Pair]] = {
     },
     # The turn sweep: handed-over turns through the sparse index (no Scan), the conversation's header and the
     # turn record (GetItem, conditional UpdateItem), the turn sent again, TurnDLQ's turns read and deleted. No
-    # PutItem, no Query on the table itself, nothing on customer data, approvals or audit.
+    # PutItem but its `turn.failed` notification's (LeadingKeys `note#*`), no Query on the table itself, nothing
+    # on customer data, approvals or audit.
     "TurnSweepFunction": {
         ("dynamodb:Query", "ConversationsTable/index/turns_running"),
         ("dynamodb:GetItem", "ConversationsTable"),
         ("dynamodb:UpdateItem", "ConversationsTable"),
+        ("dynamodb:PutItem", "ConversationsTable"),
         ("sqs:SendMessage", "TurnQueue"),
         ("sqs:ReceiveMessage", "TurnDLQ"),
         ("sqs:DeleteMessage", "TurnDLQ"),
+    },
+    # The event feed reads the conversation (header, messages, turn records, notifications) and counts the
+    # reader's polls (UpdateItem on `rate#` items only, LeadingKeys); it writes nothing else, anywhere.
+    "EventsFunction": {
+        ("dynamodb:GetItem", "ConversationsTable"),
+        ("dynamodb:Query", "ConversationsTable"),
+        ("dynamodb:UpdateItem", "ConversationsTable"),
     },
     # Claim-then-publish; nothing on CustomerData (the notifier cannot write orders). The SQS
     # actions are what its own event source mapping polls with, on the ApprovalQueue only.
@@ -581,6 +596,9 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:PutItem", "AuditTable"),
         ("sqs:SendMessage", "ApprovalQueue"),
         ("states:StartExecution", "ref:RefundFlow"),
+        # Its decisions announced in the conversation's feed: `note#` items only (LeadingKeys, checked in
+        # tests/unit/test_notifications_iam.py).
+        *{(f"dynamodb:{a}", "ConversationsTable") for a in ("GetItem", "PutItem", "UpdateItem")},
     },
     # The payment sweep: the unsettled index (no Scan), the row re-read and settled with the order's money,
     # an approved refund's approval SETTLING -> REFUNDED | FAILED, audit rows. No PutItem on CustomerData
@@ -591,6 +609,9 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:UpdateItem", "CustomerDataTable"),
         ("dynamodb:UpdateItem", "ApprovalsTable"),
         ("dynamodb:PutItem", "AuditTable"),
+        # Its decisions announced in the conversation's feed: `note#` items only (LeadingKeys, checked in
+        # tests/unit/test_notifications_iam.py).
+        *{(f"dynamodb:{a}", "ConversationsTable") for a in ("GetItem", "PutItem", "UpdateItem")},
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
@@ -634,6 +655,10 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "AuditTable"),
         ("dynamodb:Query", "AuditTable/index/by_customer"),
         ("states:StartExecution", "ref:RefundFlow"),
+        # Its decisions announced in the conversation's feed: `note#` items only (LeadingKeys, checked in
+        # tests/unit/test_notifications_iam.py); UpdateItem is granted above as well.
+        ("dynamodb:GetItem", "ConversationsTable"),
+        ("dynamodb:PutItem", "ConversationsTable"),
         # Audit verification: the latest sealed head (its versions listed under the heads/ prefix, one read).
         ("s3:ListBucketVersions", "AuditSealBucket"),
         ("s3:GetObjectVersion", "AuditSealBucket/heads/*"),
@@ -656,6 +681,9 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:UpdateItem", "CustomerDataTable"),
         ("dynamodb:ConditionCheckItem", "CustomerDataTable"),
         ("dynamodb:PutItem", "AuditTable"),
+        # Its decisions announced in the conversation's feed: `note#` items only (LeadingKeys, checked in
+        # tests/unit/test_notifications_iam.py).
+        *{(f"dynamodb:{a}", "ConversationsTable") for a in ("GetItem", "PutItem", "UpdateItem")},
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
     },
@@ -667,6 +695,9 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:UpdateItem", "CustomerDataTable"),
         ("dynamodb:UpdateItem", "ApprovalsTable"),
         ("dynamodb:PutItem", "AuditTable"),
+        # Its decisions announced in the conversation's feed: `note#` items only (LeadingKeys, checked in
+        # tests/unit/test_notifications_iam.py).
+        *{(f"dynamodb:{a}", "ConversationsTable") for a in ("GetItem", "PutItem", "UpdateItem")},
         ("secretsmanager:GetSecretValue", "param:StripeWebhookSecretArn"),
     },
 }
@@ -721,6 +752,10 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
     "TurnSweepFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "EventsFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },

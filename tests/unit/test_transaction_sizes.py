@@ -35,10 +35,14 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
     "store/refunds.py": 1,  # direct, reserve: test_money_writes
-    # begin_approved, fail_unstarted, record, fail_late, new_attempt, and an audited call that changed nothing
-    # (row head + row): test_ledger_writes
-    "store/ledger.py": 6,
+    # begin_approved; fail_unstarted, record and fail_late (one `_transact`, with or without their notification);
+    # new_attempt; an audited call that changed nothing (row head + row): test_ledger_writes
+    "store/ledger.py": 4,
+    # approve, retry, reject/expire/release (without a notification; with one: notifications.py's), the same test
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
+    # a decision's own items + its notification's two (counter, notification): test_ledger_writes,
+    # test_approval_decisions (and turns.py's turn.failed)
+    "store/notifications.py": 1,
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
     "store/turns.py": 2,  # a turn's claim (record + key), the worker's take-over (header + check): test_turn_claim
@@ -115,25 +119,39 @@ def test_money_writes() -> None:
 
 
 def test_ledger_writes() -> None:
-    """The largest: an approved refund's outcome (row, audit, order, approval) and its start (approval, row, audit,
-    the order's reservation checked); a start refused for a lost reservation (approval, audit)."""
-    approval = {"approval_id": "apr_1", "customer_id": 7, "order_id": 1042, "amount_cents": 9000, "currency": "USD"}
+    """The largest: an approved refund's outcome (row, audit, order, approval) with a webhook's dedupe item and the
+    approval's notification (counter + notification); its start (approval, row, audit, the order's reservation
+    checked); a start refused for a lost reservation (approval, audit, notification). Every settlement announced
+    carries the notification's two items, at the end."""
+    approval = {
+        "approval_id": "apr_1",
+        "customer_id": 7,
+        "order_id": 1042,
+        "amount_cents": 9000,
+        "currency": "USD",
+        "conversation_id": CID,
+    }
     db = RecordingDynamo(items={"Approvals": {**approval, "status": "APPROVED"}})
-    ledger = RefundLedger(db, "CustomerData", "Approvals", "Audit")
+    ledger = RefundLedger(db, "CustomerData", "Approvals", "Audit", "Conversations")
     row = ledger.begin_approved({**approval, "payment_intent": "pi_1"}, "stripe", "t", "refund-flow")
     db.items["CustomerData"] = {**ledger_item(row)}
     for outcome in (Outcome("SUCCEEDED", "re_1", "succeeded"), Outcome("FAILED", failure_code="x")):
         ledger.record(row, outcome, "t", "refund-flow")
+    dedupe = {"Put": {"TableName": "CustomerData", "Item": {}, "ConditionExpression": "attribute_not_exists(sk)"}}
+    ledger.record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", "stripe-webhook", "evt_1", [dedupe])
     direct = dataclasses.replace(row, kind="direct", approval_id="", conversation_id=CID)
-    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "customer-7")
+    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "customer-7")  # the chat's: not announced
+    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "payment-sweep", announce=True)
     ledger.fail_unstarted(approval, "t", "refund-flow", "reservation_missing")
     succeeded = dataclasses.replace(row, status="SUCCEEDED", refund_id="re_1")
     db.items["CustomerData"] = ledger_item(succeeded)
-    ledger.fail_late(succeeded, "re_1", "lost_or_stolen_card", "t", "webhook")
+    ledger.fail_late(succeeded, "re_1", "lost_or_stolen_card", "t", "webhook", "evt_2", [dedupe])
     ledger.new_attempt(row, "t", "payment-sweep")
     settling = dataclasses.replace(row, status="SETTLING", refund_id="re_1")
     ledger.record(settling, Outcome("SETTLING", "re_1", "pending"), "t", "payment-sweep")  # nothing new: audited
-    assert [len(t) for t in db.transactions] == [4, 4, 3, 3, 2, 4, 2, 2]
+    assert [len(t) for t in db.transactions] == [4, 6, 5, 7, 3, 5, 4, 7, 2, 2]
+    notes = [t for t in db.transactions if t[-1].get("Put", {}).get("TableName") == "Conversations"]
+    assert len(notes) == 6 and all(t[-2]["Update"]["TableName"] == "Conversations" for t in notes)
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 
@@ -146,7 +164,7 @@ def test_approval_decisions() -> None:
         "conversation_id": CID,
     }
     db = RecordingDynamo()
-    store = ApprovalStore(db, "Approvals", "CustomerData", "Audit")
+    store = ApprovalStore(db, "Approvals", "CustomerData", "Audit", "Conversations")
     for status, decide in [
         ("PENDING", lambda: store.approve("apr_1", "lead-1", "t")),
         ("FAILED", lambda: store.mark_retry("apr_1", "lead-1", "t")),
@@ -154,7 +172,8 @@ def test_approval_decisions() -> None:
     ]:
         db.items["Approvals"] = {**approval, "status": status}
         decide()
-    assert len(db.transactions) == 3
+    # approve, retry: approval + audit row; reject (and expire, release): + the order + the notification's two
+    assert [len(t) for t in db.transactions] == [2, 2, 5]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 

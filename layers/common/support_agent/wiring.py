@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from support_agent.agent.loop import Agent
     from support_agent.agent.turn_sweep import TurnSweeper
     from support_agent.agent.worker import TurnWorker
+    from support_agent.api.feed import Feed
     from support_agent.approvals.decisions import ApprovalDecisions
     from support_agent.approvals.notifier import ApprovalNotifier
     from support_agent.approvals.sweep import ApprovalSweeper
@@ -51,6 +52,15 @@ if TYPE_CHECKING:
     from support_agent.tools.registry import ToolRegistry
 
 Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager", "s3"]
+
+
+@dataclass(frozen=True)
+class EventsServices:
+    """The events feed's function: reads only (and the reader's rate counter)."""
+
+    settings: Settings
+    feed: Feed
+    read_limiter: RateLimiter
 
 
 @dataclass(frozen=True)
@@ -95,10 +105,19 @@ def _lazy(service: Service) -> Any:
 
 
 def build_settler(settings: Settings, ddb: Any, payments: PaymentProvider) -> RefundSettler:
+    """The settler of every refund path. Its ledger announces settlements in the conversations' feeds
+    (store/notifications.py): an approval's outcome always, a direct refund's only for the callers that ask
+    (the webhook, the payment sweep; the chat's tool never does)."""
     from support_agent.payments.settle import RefundSettler
     from support_agent.store.ledger import RefundLedger
 
-    ledger = RefundLedger(ddb, settings.customer_data_table, settings.approvals_table, settings.audit_table)
+    ledger = RefundLedger(
+        ddb,
+        settings.customer_data_table,
+        settings.approvals_table,
+        settings.audit_table,
+        settings.conversations_table,
+    )
     return RefundSettler(payments, ledger, utc_now)
 
 
@@ -176,7 +195,9 @@ def build_lead_services(
 
     ddb = client("dynamodb") if ddb is None else ddb
     sfn = _lazy("stepfunctions") if sfn is None else sfn
-    approvals = ApprovalStore(ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table)
+    approvals = ApprovalStore(
+        ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table, settings.conversations_table
+    )
     return LeadServices(
         settings,
         approvals,
@@ -262,7 +283,13 @@ class _Root:
         settings = get_settings()
         ddb = self.client("dynamodb")
         return ApprovalSweeper(
-            ApprovalStore(ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table),
+            ApprovalStore(
+                ddb,
+                settings.approvals_table,
+                settings.customer_data_table,
+                settings.audit_table,
+                settings.conversations_table,
+            ),
             ddb,
             _lazy("sqs"),
             settings.approval_queue_url,
@@ -372,6 +399,19 @@ class _Root:
         )
 
     @cached_property
+    def events_services(self) -> EventsServices:
+        from support_agent.api.feed import Feed
+        from support_agent.store.ratelimit import RateLimiter
+
+        settings = get_settings()
+        ddb = self.client("dynamodb")
+        return EventsServices(
+            settings,
+            Feed(ddb, settings.conversations_table, verbose=settings.transparency == "verbose"),
+            RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
+        )
+
+    @cached_property
     def seal_writer(self) -> SealWriter:
         from support_agent.store.audit_seal import SealWriter
 
@@ -399,6 +439,10 @@ def chat_services() -> ChatServices:
 
 def lead_services() -> LeadServices:
     return _root.lead_services
+
+
+def events_services() -> EventsServices:
+    return _root.events_services
 
 
 def approval_notifier() -> ApprovalNotifier:

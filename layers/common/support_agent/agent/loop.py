@@ -127,9 +127,11 @@ class Agent:
         new_id: str | None = None,
         stored: Callable[[], None] | None = None,
         handover: HandOver | None = None,
+        turn_id: str | None = None,
     ) -> TurnResult:
         """``new_id``: the id a new conversation gets (allocated with the turn's record, so that a resend
-        cannot start a second one). ``stored`` is called once, at the turn's first write."""
+        cannot start a second one). ``stored`` is called once, at the turn's first write. ``turn_id`` is
+        written on every message the turn stores (the event feed's attribution)."""
         lease_until = int(self.clock()) + self.settings.lease_seconds
         if conversation_id is None:
             # Nothing is stored until the first write-ahead: a turn that fails before it leaves no trace.
@@ -152,6 +154,7 @@ class Agent:
         try:
             turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease, stored)
             turn.handover = handover
+            turn.turn_id = turn_id
             return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, request_id)  # a no-op once the lease was passed on
@@ -166,6 +169,7 @@ class Agent:
         message_seq: int | None,
         carried: dict[str, Any] | None,
         deadline: Deadline,
+        turn_id: str | None = None,
     ) -> TurnResult:
         """The worker's part of a handed-over turn, under the lease ``owner`` took over: the same loop, from the
         stored history. ``message`` goes at ``message_seq`` unless it is stored already (the synchronous part,
@@ -179,6 +183,7 @@ class Agent:
         obs.logger.append_keys(conversation_id=conversation_id)
         try:
             turn = _Turn(self, principal, customer_id, header, owner, deadline, None, carried=carried)
+            turn.turn_id = turn_id
             return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, owner)
@@ -202,6 +207,7 @@ class _Turn:
     ) -> None:
         self.agent = agent
         self.handover: HandOver | None = None  # set on the synchronous path when a queue is configured
+        self.turn_id: str | None = None  # the turn record's id, written on each stored message
         self.first_write = stored  # called once, at the first write (then None)
         self.settings = agent.settings
         self.principal = principal
@@ -247,6 +253,7 @@ class _Turn:
                 create=self.header if self.unsaved_lease is not None else None,
                 lease_until=self.unsaved_lease or 0,
                 audit_head=self.audit_head,
+                turn_id=self.turn_id,
             )
         self.audit_head = audit_head
         self.unsaved_lease = None

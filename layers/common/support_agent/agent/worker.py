@@ -92,7 +92,15 @@ class TurnWorker:
         with LeaseKeeper(self.conversations, cid, mine, lease):
             try:
                 result = self.agent.resume_turn(
-                    principal, turn.customer_id, cid, mine, turn.message, turn.message_seq, turn.carried, deadline
+                    principal,
+                    turn.customer_id,
+                    cid,
+                    mine,
+                    turn.message,
+                    turn.message_seq,
+                    turn.carried,
+                    deadline,
+                    turn_id=turn.turn_id,
                 )
             except ServiceError as exc:
                 status, _ = status_and_code(exc)

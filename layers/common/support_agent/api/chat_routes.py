@@ -136,6 +136,7 @@ def chat(body: ChatRequest) -> Any:
             new_id=new_id,
             stored=lambda: stored.append(True),
             handover=handover,
+            turn_id=turn.turn_id,
         )
     except HandedOver:  # the worker finishes it: its record says when (Location)
         return _running(turn, {"Preference-Applied": "respond-async"} if handover and handover.at_once else {})
@@ -172,8 +173,13 @@ def _handover(services: ChatServices, turn: Turn, sync: Deadline, headers: dict[
 
 
 def _running(turn: Turn, headers: dict[str, str]) -> Response[Any]:
-    """202: the turn goes on; ``Location`` is its record."""
-    body = {"conversationId": turn.conversation_id, "turnId": turn.turn_id, "status": "running"}
+    """202: the turn goes on; ``Location`` is its record, ``eventsUrl`` the feed that shows its steps."""
+    body = {
+        "conversationId": turn.conversation_id,
+        "turnId": turn.turn_id,
+        "status": "running",
+        "eventsUrl": f"/api/conversations/{turn.conversation_id}/events",
+    }
     location = f"/api/conversations/{turn.conversation_id}/turns/{turn.turn_id}"
     return json_response(202, body, {"Location": location, **headers})
 

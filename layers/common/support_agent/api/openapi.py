@@ -1,6 +1,6 @@
 """The OpenAPI 3 document of the whole HTTP API, generated from the Powertools routes.
 
-Both routers (chat and lead) go on one resolver built as the functions build theirs, and Powertools
+The routers (chat, events and lead) go on one resolver built as the functions build theirs, and Powertools
 writes the document from their pydantic request models, parameters and ``responses=``. Two things
 are then made true to the contract that Powertools cannot know: validation answers 400
 ``bad_request`` (its default 422 entries are removed), and the bearer JWT is required everywhere
@@ -19,7 +19,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 
-from support_agent.api import chat_routes, lead_routes
+from support_agent.api import chat_routes, events_routes, lead_routes
 from support_agent.api.http import build_resolver
 
 TITLE = "Support agent API"
@@ -42,6 +42,7 @@ def _public_paths() -> frozenset[str]:
 def document() -> dict[str, Any]:
     app = build_resolver()
     app.include_router(chat_routes.router)
+    app.include_router(events_routes.router)
     app.include_router(lead_routes.router)
     raw = app.get_openapi_json_schema(
         title=TITLE,

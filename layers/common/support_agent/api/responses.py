@@ -118,6 +118,7 @@ class TurnRunning(_Shape):
     conversationId: str
     turnId: str
     status: Literal["running"]
+    eventsUrl: str = Field(..., description="The conversation's event feed: the turn's steps as they are stored")
 
 
 class TurnError(_Shape):
@@ -131,6 +132,47 @@ class TurnView(_Shape):
     status: Literal["running", "completed", "failed"]
     response: ChatResponse | None = Field(..., description="The 200 body, once completed")
     error: TurnError | None = Field(..., description="Why it failed (a refused or interrupted turn is failed)")
+
+
+class FeedEvent(_Shape):
+    """One event of a conversation's feed; the fields after ``turnId`` depend on ``type``."""
+
+    cursor: str = Field(..., description="Opaque: the feed resumes right after this event (`after=`)")
+    type: Literal[
+        "turn.started",
+        "tool.requested",
+        "tool.finished",
+        "message",
+        "turn.completed",
+        "turn.failed",
+        "approval.decided",
+        "refund.settled",
+    ]
+    at: str = Field(..., description="When it was stored (ISO 8601, UTC)")
+    turnId: str | None = Field(..., description="The turn it belongs to (none for a lead's decision or a refund)")
+    role: Literal["user", "assistant"] | None = Field(None, description="message: who wrote it")
+    text: str | None = Field(None, description="message")
+    toolUseId: str | None = Field(None, description="tool.requested, tool.finished: pairs the two")
+    name: str | None = Field(None, description="tool.requested, tool.finished: the tool")
+    input: Any = Field(None, description="tool.requested: the tool's input (left out when TRANSPARENCY=quiet)")
+    result: Any = Field(None, description="tool.finished: the tool's result (left out when TRANSPARENCY=quiet)")
+    isError: bool | None = Field(None, description="tool.finished")
+    stopReason: str | None = Field(None, description="turn.completed")
+    iterations: int | None = Field(None, description="turn.completed")
+    inputTokens: int | None = Field(None, description="turn.completed")
+    outputTokens: int | None = Field(None, description="turn.completed")
+    cacheReadInputTokens: int | None = Field(None, description="turn.completed")
+    cacheCreationInputTokens: int | None = Field(None, description="turn.completed")
+    error: TurnError | None = Field(None, description="turn.failed")
+    approvalId: str | None = Field(None, description="approval.decided")
+    orderId: int | None = Field(None, description="approval.decided, refund.settled")
+    amountCents: int | None = Field(None, description="approval.decided, refund.settled")
+    status: CustomerRefundStatus | None = Field(None, description="approval.decided, refund.settled")
+
+
+class FeedPage(_Shape):
+    events: list[FeedEvent] = Field(..., description="In order; empty when nothing happened within waitSeconds")
+    nextCursor: str = Field(..., description="Opaque: where the next request resumes (`after=`)")
 
 
 class ConversationSummary(_Shape):

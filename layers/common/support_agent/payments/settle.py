@@ -56,12 +56,23 @@ class RefundSettler:
     ledger: RefundLedger
     now: Callable[[], str]
 
-    def settle(self, row: LedgerRow, *, actor: str, request_id: str = "", deadline: Deadline | None = None) -> Settled:
-        """Ask the provider for ``row``'s current attempt and record what it said; a settled row is returned as is."""
+    def settle(
+        self,
+        row: LedgerRow,
+        *,
+        actor: str,
+        request_id: str = "",
+        deadline: Deadline | None = None,
+        announce: bool = False,
+    ) -> Settled:
+        """Ask the provider for ``row``'s current attempt and record what it said; a settled row is returned as is.
+
+        ``announce``: a direct refund settled here is announced in its conversation's feed (the payment sweep's;
+        never the chat's own call, whose tool result says it). An approval's outcome always is (the ledger's)."""
         if row.settled:
             return Settled(row, Outcome(row.status, row.refund_id, failure_code=row.failure_code))
         outcome = self._ask(row, deadline)
-        recorded = self.ledger.record(row, outcome, self.now(), actor, request_id)
+        recorded = self.ledger.record(row, outcome, self.now(), actor, request_id, announce=announce)
         return Settled(recorded, outcome)
 
     def apply(
@@ -72,6 +83,7 @@ class RefundSettler:
         actor: str,
         request_id: str = "",
         extra_items: Sequence[dict[str, Any]] = (),
+        announce: bool = False,
     ) -> LedgerRow:
         """What the provider says of ``row``'s refund, learned without asking (a webhook, a sweep's read).
 
@@ -79,7 +91,7 @@ class RefundSettler:
         a SUCCEEDED row moves only to FAILED, when this very refund failed late; anything else (a FAILED
         row, an earlier attempt's refund, a ``pending`` after ``succeeded``) changes nothing.
         ``extra_items`` go into the change's transaction (a webhook's dedupe item; `Duplicate` if it exists)
-        and are not written when nothing changes.
+        and are not written when nothing changes. ``announce``: as for `settle`.
         """
         if refund.refund_key != row.refund_key:
             return row
@@ -90,10 +102,17 @@ class RefundSettler:
                 outcome = outcome_of(refund)
             else:
                 outcome = Outcome("FAILED", refund.id, refund.status, refund.failure_reason or refund.status)
-            return self.ledger.record(row, outcome, self.now(), actor, request_id, extra_items)
+            return self.ledger.record(row, outcome, self.now(), actor, request_id, extra_items, announce=announce)
         if row.status == "SUCCEEDED" and not refund.alive and refund.id == row.refund_id:
             return self.ledger.fail_late(
-                row, refund.id, refund.failure_reason or refund.status, self.now(), actor, request_id, extra_items
+                row,
+                refund.id,
+                refund.failure_reason or refund.status,
+                self.now(),
+                actor,
+                request_id,
+                extra_items,
+                announce=announce,
             )
         return row
 

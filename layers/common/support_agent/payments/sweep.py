@@ -18,7 +18,9 @@ whose attempt began more than ``grace`` ago and asks the provider about each:
 Every write is the ledger's own conditional transaction with its audit rows, so a webhook, a chat repair or
 RefundFlow settling the same row at the same moment cannot move the money twice; the loser is counted as a
 conflict. A read that changes nothing (still ``pending`` under the same id) writes nothing: the audit
-trail records changes, not each look.
+trail records changes, not each look. A refund this sweep settles is announced in its conversation's feed
+in the same transaction (``refund.settled`` for a direct one, ``approval.decided`` for an approved one): a
+second run finds it settled and announces nothing.
 
 Bounded per run: at most ``limit`` rows, and none started once the invocation's deadline is near. Rows
 with no refund id go first (nobody else will settle them: the provider has no refund we know of, and no
@@ -182,17 +184,17 @@ class PaymentSweeper:
                 "no refund found for an old attempt: starting the next",
                 extra={**_ids(row), "attempt_key": nxt.attempt_key},
             )
-            settled = self.settler.settle(nxt, actor=SWEEP_ACTOR, deadline=deadline)
+            settled = self.settler.settle(nxt, actor=SWEEP_ACTOR, deadline=deadline, announce=True)
             self._log_outcome(settled.row)
             return "new_attempt_settled" if settled.row.settled else "new_attempt"
-        settled = self.settler.settle(row, actor=SWEEP_ACTOR, deadline=deadline)
+        settled = self.settler.settle(row, actor=SWEEP_ACTOR, deadline=deadline, announce=True)
         self._log_outcome(settled.row)
         return "resent_settled" if settled.row.settled else "resent"
 
     def _apply(self, row: LedgerRow, refund: ProviderRefund) -> Action:
         if row.status == "SETTLING" and refund.alive and refund.status != "succeeded" and refund.id == row.refund_id:
             return "pending"  # nothing new: no write, no audit row
-        after = self.settler.apply(row, refund, actor=SWEEP_ACTOR)
+        after = self.settler.apply(row, refund, actor=SWEEP_ACTOR, announce=True)
         if after.settled:
             self._log_outcome(after)
             return "settled"

@@ -13,7 +13,9 @@ sends a ``refund.*`` and a ``charge.refund.updated`` for one change, with differ
 once each and in any order. The refund's metadata names its ledger row (``customer_id`` and
 ``refund_key``), read with one GetItem; the change is applied by `RefundSettler.apply` (never backwards)
 in one transaction with a dedupe item ``WEBHOOK#<refund id>#<status>`` under the customer, created only
-if absent: a crash cannot lose a change nor a redelivery apply one twice. Other event types: 200, ignored.
+if absent: a crash cannot lose a change nor a redelivery apply one twice. A refund that settles so is
+announced in its conversation's feed in that transaction (``refund.settled``, or ``approval.decided``), so a
+redelivery announces nothing twice either. Other event types: 200, ignored.
 A refund the ledger does not know (made in Stripe's dashboard, or another system's): 200, logged as a
 reconciliation finding.
 """
@@ -239,8 +241,14 @@ class StripeWebhooks:
                 extra={**fields, "finding": "other_attempt", "attempt": row.attempt},
             )
         try:
+            # Announced (a direct refund's settlement too): the customer's turn is long over when a webhook comes.
             after = self.settler.apply(
-                row, refund, actor=ACTOR, request_id=event.id, extra_items=[self._dedupe(row, refund, event)]
+                row,
+                refund,
+                actor=ACTOR,
+                request_id=event.id,
+                extra_items=[self._dedupe(row, refund, event)],
+                announce=True,
             )
         except Duplicate:
             logger.info("webhook duplicate", extra=fields)

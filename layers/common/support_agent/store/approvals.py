@@ -2,7 +2,10 @@
 
 State changes are conditional on the current state, so a decision races safely: two leads, a
 double click, the sweep and a replayed message each either win or see the state that did.
-Every change that frees money is one transaction with the order update and its audit row.
+Every change that frees money is one transaction with the order update and its audit row, and, when the
+approval belongs to a conversation, the ``approval.decided`` notification of that conversation's feed
+(store/notifications.py): written only by the transaction that made the change, so a replayed decision
+announces nothing twice.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, Literal, get_args
 from botocore.exceptions import ClientError
 
 from support_agent.errors import Conflict
+from support_agent.payments.vocabulary import customer_status
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.customer_data import order_key
@@ -26,6 +30,7 @@ from support_agent.store.dynamo import (
     to_item,
     to_values,
 )
+from support_agent.store.notifications import Notification, NotificationStore
 
 # PENDING -> APPROVED -> SETTLING (the provider has the refund, unconfirmed) -> REFUNDED | FAILED;
 # PENDING -> REJECTED | EXPIRED; FAILED -> APPROVED (retry) | RELEASED. The one list: the routes' filter,
@@ -34,6 +39,8 @@ ApprovalStatus = Literal["PENDING", "APPROVED", "SETTLING", "REFUNDED", "FAILED"
 STATUSES: tuple[str, ...] = get_args(ApprovalStatus)
 # Every approval carries entity=APPROVAL so one index lists them all, newest first.
 ENTITY = "APPROVAL"
+# The statuses a conversation's feed announces (``approval.decided``): the approval's end, or its refund's failure.
+DECIDED: tuple[str, ...] = ("REFUNDED", "REJECTED", "EXPIRED", "FAILED", "RELEASED")
 
 
 class StateConflict(Conflict):
@@ -81,12 +88,38 @@ class Page:
     next_key: dict[str, Any] | None
 
 
+def decided_note(approval: dict[str, Any], status: str, now: str) -> Notification | None:
+    """The ``approval.decided`` notification of ``approval`` reaching ``status``; None when there is nothing to
+    announce (not a status the feed shows, or an approval no conversation owns)."""
+    conversation_id = str(approval.get("conversation_id") or "")
+    if status not in DECIDED or not conversation_id:
+        return None
+    data = {
+        "approvalId": str(approval["approval_id"]),
+        "orderId": int(approval["order_id"]),
+        "amountCents": int(approval["amount_cents"]),
+        "status": customer_status(status),
+    }
+    return Notification(conversation_id, "approval.decided", now, data)
+
+
 class ApprovalStore:
-    def __init__(self, client: DynamoDBClient, table: str, customer_table: str = "", audit_table: str = "") -> None:
+    """``conversations_table``: where decisions are announced (store/notifications.py); without it (a reader, a
+    test of the store alone) nothing is."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table: str,
+        customer_table: str = "",
+        audit_table: str = "",
+        conversations_table: str = "",
+    ) -> None:
         self._db = client
         self.table = table
         self._customers = customer_table
         self._audit = audit_table
+        self._notes = NotificationStore(client, conversations_table) if conversations_table else None
 
     def _key(self, approval_id: str) -> dict[str, Any]:
         return to_item({"approval_id": approval_id})
@@ -193,8 +226,13 @@ class ApprovalStore:
                 return ReservationMissing(approval)
             return None
 
+        # The conversation's notification goes last (its items after ours: the codes above keep their places).
+        note = decided_note(approval, change.to_status, change.now) if self._notes is not None else None
         with cancellation_as(cancelled):
-            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+            if self._notes is not None and note is not None:
+                self._notes.transact(items, note)
+            else:
+                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         updated = self.get(approval_id)
         assert updated is not None
         return updated

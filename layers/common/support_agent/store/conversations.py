@@ -56,6 +56,7 @@ class StoredMessage:
     role: str
     content: list[dict[str, Any]]
     created_at: str
+    turn_id: str | None = None  # the turn that stored it (the event feed's attribution); None before turns had ids
 
     def as_message(self) -> Message:
         return {"role": self.role, "content": self.content}
@@ -216,12 +217,12 @@ class ConversationStore:
         item = out.get("Item")
         return _header(from_item(item)) if item else None
 
-    def load(self, conversation_id: str) -> list[StoredMessage]:
-        """All messages in order: one strongly consistent query, paginated only when long."""
+    def load(self, conversation_id: str, from_seq: int = 1) -> list[StoredMessage]:
+        """All messages in order (from ``from_seq``): one strongly consistent query, paginated only when long."""
         query = {
             "TableName": self._table,
-            "KeyConditionExpression": "conversation_id = :c AND seq > :zero",
-            "ExpressionAttributeValues": to_values({":c": conversation_id, ":zero": 0}),
+            "KeyConditionExpression": "conversation_id = :c AND seq >= :from",
+            "ExpressionAttributeValues": to_values({":c": conversation_id, ":from": max(from_seq, 1)}),
             "ConsistentRead": True,
         }
         return [
@@ -230,6 +231,7 @@ class ConversationStore:
                 role=item["role"],
                 content=json.loads(item["content"]),
                 created_at=item.get("created_at", ""),
+                turn_id=item.get("turn_id"),
             )
             for item in self._every_item(query)
         ]
@@ -257,6 +259,7 @@ class ConversationStore:
         create: Header | None = None,
         lease_until: int = 0,
         audit_head: Head | None = None,
+        turn_id: str | None = None,
     ) -> list[StoredMessage]:
         """Store messages and their audit rows atomically; returns the messages with their seqs.
 
@@ -264,7 +267,8 @@ class ConversationStore:
         lease, or raced another, gets Conflict and stores nothing. With ``create``, the header is
         written here too, leased to ``owner``: a new conversation exists only once it has messages.
         The audit rows are chained after ``audit_head`` (the head the caller read; rows the caller chained
-        already are kept as they are) and the header's head advances with them, conditioned on it.
+        already are kept as they are) and the header's head advances with them, conditioned on it. Each message
+        names ``turn_id``, the turn that stored it: the event feed reads a turn's events from its messages.
         """
         read = audit_head or Head()
         records = list(audit or [])
@@ -272,7 +276,7 @@ class ConversationStore:
             records, _ = chain(read, records)
         new_head = head_after(read, records)
         stored = [
-            StoredMessage(expected_seq + offset, message["role"], message["content"], now)
+            StoredMessage(expected_seq + offset, message["role"], message["content"], now, turn_id)
             for offset, message in enumerate(messages)
         ]
         items = [
@@ -284,6 +288,7 @@ class ConversationStore:
                     "role": m.role,
                     "content": dumps(m.content),
                     "created_at": now,
+                    "turn_id": turn_id,
                 },
                 "seq",
             )

@@ -32,6 +32,7 @@ from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, to_item, to_values
+from support_agent.store.notifications import NotificationStore
 from support_agent.store.turns import TurnStore
 
 ERASED = "[erased]"
@@ -159,6 +160,10 @@ class ConversationEraser:
             turns = TurnStore(self.client, self.conversations_table)
             for turn in turns.turns_of(conversation_id):
                 self.client.update_item(**turns.erasure_update(turn, self.now()))
+            # So do its notifications (orders and amounts of a lead's decision, a failed turn's error).
+            notes = NotificationStore(self.client, self.conversations_table)
+            for note in notes.of(conversation_id):
+                self.client.update_item(**notes.erasure_update(conversation_id, note.n, self.now()))
             # The header loses its title (it quotes the first message) and is marked erased as the lease goes.
             self.store.release_lease(conversation_id, request.owner, erased_at=self.now())
             messages += count

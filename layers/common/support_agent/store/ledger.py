@@ -18,6 +18,12 @@ FAILED            direct: reserved -> avail.   SETTLING -> FAILED (reservation k
 ``available + reserved + refunded = total`` holds in every state. A FAILED approved refund that a
 lead retries gets attempt ``n + 1`` (FAILED is written only once the provider refused and `find`
 confirmed no refund exists, so the new key cannot make a second refund).
+
+A change that settles a refund is announced in its conversation's event feed (store/notifications.py), in
+the same transaction, so only the writer whose change landed announces it: an approval reaching REFUNDED or
+FAILED always (``approval.decided``, when a conversation owns it); a direct refund's settlement only when the
+caller says so (``announce``: the webhook and the payment sweep, ``refund.settled``), never the chat's own
+call, whose tool result already says it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 
 from support_agent.payments.port import attempt_key
+from support_agent.payments.vocabulary import customer_status
+from support_agent.store.approvals import decided_note
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.customer_data import order_key
@@ -42,6 +50,7 @@ from support_agent.store.dynamo import (
     to_item,
     to_values,
 )
+from support_agent.store.notifications import Notification, NotificationStore
 
 LedgerStatus = Literal["REQUESTED", "SETTLING", "SUCCEEDED", "FAILED"]
 UNSETTLED: tuple[LedgerStatus, ...] = ("REQUESTED", "SETTLING")
@@ -159,11 +168,22 @@ class ReservationMissing(LedgerRace):
 
 
 class RefundLedger:
-    def __init__(self, client: DynamoDBClient, customer_table: str, approvals_table: str, audit_table: str) -> None:
+    """``conversations_table``: where settlements are announced (store/notifications.py); without it (the
+    reconciliation's read-only ledger, a test of the ledger alone) nothing is."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        customer_table: str,
+        approvals_table: str,
+        audit_table: str,
+        conversations_table: str = "",
+    ) -> None:
         self._db = client
         self._customers = customer_table
         self._approvals = approvals_table
         self._audit = audit_table
+        self._notes = NotificationStore(client, conversations_table) if conversations_table else None
 
     def get(self, customer_id: int, sk: str) -> LedgerRow | None:
         out = self._db.get_item(
@@ -331,7 +351,7 @@ class RefundLedger:
         )
         items = [update, audit.put(self._audit)]
         with cancellation_as(lambda codes: LedgerRace(f"approval {approval_id} changed")):
-            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+            self._transact(items, decided_note(approval, "FAILED", now) if self._notes is not None else None)
 
     def record(
         self,
@@ -341,6 +361,8 @@ class RefundLedger:
         actor: str,
         request_id: str = "",
         extra_items: Sequence[dict[str, Any]] = (),
+        *,
+        announce: bool = False,
     ) -> LedgerRow:
         """Write one provider call's outcome: the row, the order's money and the approval, with the audit row.
 
@@ -348,9 +370,12 @@ class RefundLedger:
         recorded first), only the audit row is written and the row as it now is comes back.
         ``extra_items``: the caller's own conditional writes, in the same transaction (a webhook's dedupe
         item), so the change and its marker are written together or not at all; `Duplicate` when one of
-        their conditions fails.
+        their conditions fails. A final outcome is announced with it: an approval's always, a direct
+        refund's when ``announce`` (the module's docstring).
         """
-        return self._while_head_moves(row, lambda r: self._record(r, outcome, now, actor, request_id, extra_items))
+        return self._while_head_moves(
+            row, lambda r: self._record(r, outcome, now, actor, request_id, extra_items, announce)
+        )
 
     def _record(
         self,
@@ -360,6 +385,7 @@ class RefundLedger:
         actor: str,
         request_id: str,
         extra_items: Sequence[dict[str, Any]],
+        announce: bool,
     ) -> LedgerRow:
         record = self._call_audit(row, outcome, now, actor, request_id)
         nothing_new = (
@@ -369,11 +395,12 @@ class RefundLedger:
             self._audit_only(row, record)  # nothing new to record: the call is still audited
             return row
         items = self._head_only(row, record) if nothing_new else self._outcome_items(row, outcome, now, record)
-        cancelled = self._outcome_cancelled(row, len(items))
+        note = None if nothing_new else self._settled_note(row, outcome.status, now, announce)
+        cancelled = self._outcome_cancelled(row, len(items), len(extra_items))
         items.extend(extra_items)
         try:
             with cancellation_as(cancelled):
-                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+                self._transact(items, note)
         except _Superseded:
             current = self.get(row.customer_id, row.sk)
             assert current is not None
@@ -448,15 +475,18 @@ class RefundLedger:
         actor: str,
         request_id: str = "",
         extra_items: Sequence[dict[str, Any]] = (),
+        *,
+        announce: bool = False,
     ) -> LedgerRow:
         """SUCCEEDED -> FAILED: the provider failed a refund it had made (Stripe's ``failed`` after ``succeeded``).
 
         The money moves back: a direct refund's to available; an approved one's to reserved, its approval
         REFUNDED -> FAILED for a lead to retry (attempt ``n + 1``) or release. Conditioned on the row still
-        SUCCEEDED with this refund id; otherwise the row as it is comes back and nothing changes.
+        SUCCEEDED with this refund id; otherwise the row as it is comes back and nothing changes. Announced
+        as `record` announces a FAILED outcome.
         """
         return self._while_head_moves(
-            row, lambda r: self._fail_late(r, refund_id, code, now, actor, request_id, extra_items)
+            row, lambda r: self._fail_late(r, refund_id, code, now, actor, request_id, extra_items, announce)
         )
 
     @staticmethod
@@ -479,6 +509,7 @@ class RefundLedger:
         actor: str,
         request_id: str,
         extra_items: Sequence[dict[str, Any]],
+        announce: bool,
     ) -> LedgerRow:
         audit, head_if, head_sets, head_values = self._chained(
             row,
@@ -548,11 +579,11 @@ class RefundLedger:
                 )
             )
 
-        cancelled = self._outcome_cancelled(row, len(items))
+        cancelled = self._outcome_cancelled(row, len(items), len(extra_items))
         items.extend(extra_items)
         try:
             with cancellation_as(cancelled):
-                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+                self._transact(items, self._settled_note(row, "FAILED", now, announce))
         except _Superseded:
             current = self.get(row.customer_id, row.sk)
             assert current is not None
@@ -629,16 +660,40 @@ class RefundLedger:
 
     # ------------------------------------------------------------------ parts
 
+    def _transact(self, items: list[dict[str, Any]], note: Notification | None) -> None:
+        """``items`` in one TransactWriteItems, with ``note``'s two items at the end when there is one."""
+        if self._notes is not None and note is not None:
+            self._notes.transact(items, note)
+        else:
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+
+    def _settled_note(self, row: LedgerRow, status: str, now: str, announce: bool) -> Notification | None:
+        """What the feed says of ``row`` reaching ``status`` (SUCCEEDED or FAILED; nothing for anything else): an
+        approved refund's approval decided, a direct one settled (only when the caller ``announce``s it)."""
+        if self._notes is None or status not in FINAL:
+            return None
+        if row.kind == "approved":
+            approval = {**self._money(row), "approval_id": row.approval_id, "conversation_id": row.conversation_id}
+            return decided_note(approval, "REFUNDED" if status == "SUCCEEDED" else "FAILED", now)
+        if not announce or not row.conversation_id:
+            return None
+        data = {"orderId": row.order_id, "amountCents": row.amount_cents, "status": customer_status(status)}
+        return Notification(row.conversation_id, "refund.settled", now, data)
+
     @staticmethod
-    def _outcome_cancelled(row: LedgerRow, ours: int, *, superseded: bool = True) -> Callable[[list[str]], Exception]:
-        """How `record`/`fail_late` read a cancellation of their ``ours`` items plus the caller's extra items.
+    def _outcome_cancelled(
+        row: LedgerRow, ours: int, extras: int = 0, *, superseded: bool = True
+    ) -> Callable[[list[str]], Exception]:
+        """How `record`/`fail_late` read a cancellation of their ``ours`` items plus the caller's ``extras``
+        (a notification's items, after those, are not the caller's: its counter losing a race alone is retried
+        by `NotificationStore.transact`).
 
         A failed extra condition is `Duplicate` (it wins: the change it marks was made); else, when the
         row's update comes first (``superseded``), a failed row condition is `_Superseded`; else `LedgerRace`.
         """
 
         def cancelled(codes: list[str]) -> Exception:
-            if CONDITION_FAILED in codes[ours:]:
+            if CONDITION_FAILED in codes[ours : ours + extras]:
                 return Duplicate(f"refund {row.sk}: already applied")
             if superseded and (codes[:1] == [CONDITION_FAILED] or not codes):
                 return _Superseded()

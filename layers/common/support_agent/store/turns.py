@@ -39,6 +39,7 @@ from support_agent.store.dynamo import (
     to_item,
     to_values,
 )
+from support_agent.store.notifications import Notification, NotificationStore
 
 REPLY_MAX_BYTES = 256 * 1024  # a stored answer, compressed; DynamoDB's items end at 400 KB
 KEY_SECONDS = 25 * 3600  # kept at least 24 hours, as the draft asks of a server that names its window
@@ -92,6 +93,8 @@ class Turn:
     message_seq: int | None = None  # where the message goes if it was not stored before the hand-over
     carried: dict[str, Any] | None = None  # what the synchronous part did: iterations, usage, trace
     restarts: int = 0  # times the turn sweep sent the turn to the queue again
+    finished_at: str = ""  # when it ended (completed, failed or refused)
+    announced: bool = False  # its failure was announced by a notification (the turn sweep's), not by the record
 
     @classmethod
     def of(cls, item: dict[str, Any]) -> Turn:
@@ -102,6 +105,8 @@ class Turn:
             message_seq=int(item["message_seq"]) if item.get("message_seq") is not None else None,
             carried=json.loads(zlib.decompress(bytes(item["carried"]))) if item.get("carried") else None,
             restarts=int(item.get("restarts") or 0),
+            finished_at=str(item.get("finished_at") or ""),
+            announced=bool(item.get("announced")),
             turn_id=str(item["turn_id"]),
             conversation_id=str(item["conversation"]),
             customer_id=int(item["customer_id"]),
@@ -130,6 +135,7 @@ class TurnStore:
     def __init__(self, client: DynamoDBClient, table: str) -> None:
         self._db = client
         self._table = table
+        self._notes = NotificationStore(client, table)  # the sweep's turn.failed
 
     @staticmethod
     def _turn_key(conversation_id: str, turn_id: str) -> dict[str, Any]:
@@ -391,9 +397,17 @@ class TurnStore:
                 raise
 
     def fail(self, turn: Turn, code: str, message: str, now: str) -> bool:
-        """The sweep ends a turn it gave up on: ``failed`` with ``{"error": {code, message}}`` (500)."""
+        """The sweep ends a turn it gave up on: ``failed`` with ``{"error": {code, message}}`` (500), and a
+        ``turn.failed`` notification in the same transaction (the conversation's feed says so: ``announced``)."""
+        error = {"code": code, "message": message}
+        update = self._update(
+            turn,
+            _ENDED.replace("SET ", "SET announced = :yes, ", 1),
+            {":st": "failed", ":code": 500, ":body": self._packed({"error": error}), ":now": now, ":yes": True},
+        )
+        note = Notification(turn.conversation_id, "turn.failed", now, {"error": error}, turn.turn_id)
         try:
-            self.finish(turn, 500, {"error": {"code": code, "message": message}}, now)
+            self._notes.transact([{"Update": update}], note)
         except ClientError as exc:
             if is_conditional_failure(exc):
                 return False  # it ended meanwhile
@@ -412,14 +426,17 @@ class TurnStore:
 
     def _set(self, turn: Turn, update: str, values: dict[str, Any], also: str = "") -> None:
         """An update of a running turn's record (and ``also``, a further condition)."""
-        self._db.update_item(
-            TableName=self._table,
-            Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
-            UpdateExpression=update,
-            ConditionExpression="turn_id = :t AND #st = :running" + (f" AND {also}" if also else ""),
-            ExpressionAttributeNames={"#st": "status", "#run": "running"},
-            ExpressionAttributeValues=to_values({**values, ":t": turn.turn_id, ":running": "running"}),
-        )
+        self._db.update_item(**self._update(turn, update, values, also))
+
+    def _update(self, turn: Turn, update: str, values: dict[str, Any], also: str = "") -> dict[str, Any]:
+        return {
+            "TableName": self._table,
+            "Key": to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
+            "UpdateExpression": update,
+            "ConditionExpression": "turn_id = :t AND #st = :running" + (f" AND {also}" if also else ""),
+            "ExpressionAttributeNames": {"#st": "status", "#run": "running"},
+            "ExpressionAttributeValues": to_values({**values, ":t": turn.turn_id, ":running": "running"}),
+        }
 
     def erasure_update(self, turn: Turn, erased_at: str) -> dict[str, Any]:
         """The UpdateItem that removes a turn record's message text, answer and the synchronous part's trace

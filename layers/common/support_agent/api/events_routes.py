@@ -1,0 +1,57 @@
+"""The conversation's event feed: what a page shows while a turn runs, and a lead's decision without a reload.
+
+Served by EventsFunction (128 MB, reserved concurrency), not the chat function: a client waiting up to
+``waitSeconds`` holds a small function, and the feed is read from what is stored (api/feed.py), never written.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+
+from support_agent.api.feed import Cursor
+from support_agent.api.responses import FeedPage, responses
+from support_agent.auth import require_customer
+from support_agent.errors import NotFound
+from support_agent.ids import CONVERSATION_ID
+from support_agent.wiring import events_services
+
+router = APIGatewayHttpRouter()
+MAX_WAIT_SECONDS = 20  # API Gateway's HTTP API answers 504 after 30 s; the function's timeout is 25 s
+
+
+def _principal() -> Any:
+    from support_agent.api.http import principal
+
+    return principal(router)  # type: ignore[arg-type]
+
+
+@router.get(
+    "/api/conversations/<conversation_id>/events",
+    summary="Follow a conversation: its events after a cursor (long poll)",
+    description=(
+        "The conversation's events after `after` (from its start without one): a turn's steps as they are "
+        "stored (`turn.started`, `tool.requested`, `tool.finished`, `message`, `turn.completed`, `turn.failed`) "
+        "and what others decided about it (`approval.decided`, `refund.settled`), in time order. Answers as soon "
+        "as there is one, or with no events after `waitSeconds`; resume with `nextCursor`. Tool inputs and "
+        "results only when TRANSPARENCY=verbose. Each poll counts as a read (READS_PER_MINUTE, 429 `rate_limited`)."
+    ),
+    responses=responses(FeedPage, 400, 401, 403, 404, 429),
+    tags=["customer"],
+)
+def events(
+    conversation_id: str,
+    after: Annotated[str | None, Query(max_length=512, description="A cursor from this feed")] = None,
+    waitSeconds: Annotated[int, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for an event")] = 0,
+) -> dict[str, Any]:
+    services = events_services()
+    customer_id = require_customer(_principal())
+    services.read_limiter.take(customer_id)
+    owner = services.feed.owner(conversation_id) if CONVERSATION_ID.match(conversation_id) else None
+    if owner is None or owner != customer_id:
+        raise NotFound("conversation not found")
+    cursor = Cursor.decode(after, conversation_id)
+    page = services.feed.poll(cursor, customer_id, waitSeconds)
+    return {"events": page.events, "nextCursor": page.cursor.encode()}

@@ -1,0 +1,183 @@
+"""The conversation's event feed on the deployed template: EventsFunction reads a turn's steps from what the turn
+stored, and notifications written by others; cursors resume exactly; the long poll answers early when an event
+is written and empty at the wait's end; only the owner reads it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import boto3
+import pytest
+
+from support_agent.api.feed import Cursor
+from support_agent.store.notifications import Notification, NotificationStore
+from tests.integration.conftest import Api
+from tests.integration.test_long_turns import take_messages, work
+from tests.support.openapi import assert_documented
+from tests.support.scripted import answer, tool_use, tools
+
+
+def feed(api: Api, cid: str, after: str | None = None, wait: int = 0, **kw: Any) -> tuple[int, Any]:
+    query = f"waitSeconds={wait}" + (f"&after={after}" if after else "")
+    path = f"/api/conversations/{cid}/events?{query}"
+    status, body, headers = api.call("GET", path, **kw)
+    assert_documented("GET", path.split("?")[0], status, body, headers)  # docs/openapi.json, strictly
+    return status, body
+
+
+def events(api: Api, cid: str, after: str | None = None, **kw: Any) -> list[dict[str, Any]]:
+    status, body = feed(api, cid, after, **kw)
+    assert status == 200, body
+    return list(body["events"])
+
+
+def notes(api: Api) -> NotificationStore:
+    return NotificationStore(boto3.client("dynamodb"), api.stack.physical_ids["ConversationsTable"])
+
+
+def a_turn_with_a_tool(api: Api) -> dict[str, Any]:
+    api.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("Order 1042 was delivered.")]
+    status, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "Where is 1042?"})
+    assert status == 200, body
+    return dict(body)
+
+
+def test_a_turn_reads_back_as_its_steps_in_order(api: Api) -> None:
+    turn = a_turn_with_a_tool(api)
+    got = events(api, turn["conversationId"])
+    assert [e["type"] for e in got] == [
+        "turn.started",
+        "message",
+        "tool.requested",
+        "tool.finished",
+        "message",
+        "turn.completed",
+    ]
+    assert {e["turnId"] for e in got} == {turn["turnId"]}
+    started, asked, requested, finished, answered, completed = got
+    assert started["at"] <= asked["at"]
+    assert (asked["role"], asked["text"]) == ("user", "Where is 1042?")
+    assert (requested["name"], requested["input"]) == ("lookup_order", {"order_id": 1042})
+    assert finished["name"] == "lookup_order" and finished["isError"] is False
+    assert finished["toolUseId"] == requested["toolUseId"] and finished["result"]["order_id"] == 1042
+    assert (answered["role"], answered["text"]) == ("assistant", "Order 1042 was delivered.")
+    assert completed["stopReason"] == turn["stopReason"] and completed["iterations"] == 2
+    assert completed["inputTokens"] == turn["inputTokens"]
+    assert [e["at"] for e in got] == sorted(e["at"] for e in got)
+
+
+def test_every_cursor_resumes_right_after_its_event(api: Api) -> None:
+    turn = a_turn_with_a_tool(api)
+    cid = turn["conversationId"]
+    api.model.script = [answer("Anything else?")]
+    assert api.call("POST", "/api/chat", {"conversationId": cid, "message": "Thanks"})[0] == 200
+    notes(api).transact([], Notification(cid, "refund.settled", "2999-01-01T00:00:00Z", {"orderId": 1042}))
+    everything = events(api, cid)
+    assert [e["type"] for e in everything][-5:] == [
+        "turn.started",
+        "message",
+        "message",
+        "turn.completed",
+        "refund.settled",
+    ]
+    for i, event in enumerate(everything):
+        assert events(api, cid, event["cursor"]) == everything[i + 1 :]
+    status, last = feed(api, cid, everything[-1]["cursor"])
+    assert (status, last["events"], last["nextCursor"]) == (200, [], everything[-1]["cursor"])
+
+
+def test_the_long_poll_answers_when_an_event_is_written_and_empty_when_the_wait_ends(api: Api) -> None:
+    turn = a_turn_with_a_tool(api)
+    cid = turn["conversationId"]
+    end = events(api, cid)[-1]["cursor"]
+    started = time.monotonic()
+    status, body = feed(api, cid, end, wait=1)
+    assert (status, body["events"], body["nextCursor"]) == (200, [], end)
+    assert time.monotonic() - started >= 1
+
+    note = Notification(cid, "approval.decided", "2999-01-01T00:00:00Z", {"approvalId": "apr_x", "status": "REFUNDED"})
+    writer = threading.Timer(0.5, lambda: notes(api).transact([], note))
+    writer.start()
+    started = time.monotonic()
+    status, body = feed(api, cid, end, wait=15)
+    writer.join()
+    assert status == 200 and [e["type"] for e in body["events"]] == ["approval.decided"]
+    assert body["events"][0]["status"] == "REFUNDED" and body["events"][0]["turnId"] is None
+    assert time.monotonic() - started < 10
+
+
+def test_a_handed_over_turn_is_followed_from_the_202_to_its_answer(api: Api) -> None:
+    status, running, _ = api.call(
+        "POST", "/api/chat", {"conversationId": None, "message": "Where is 1042?"}, headers={"prefer": "respond-async"}
+    )
+    assert status == 202, running
+    cid = running["conversationId"]
+    assert events(api, cid) == []  # nothing stored yet, but the conversation is the caller's (no 404)
+    assert feed(api, cid, token=api.token("customer-8", customer_id=8))[0] == 404
+    api.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("Delivered.")]
+    work(api, take_messages(api))
+    got = events(api, cid)
+    assert (got[0]["type"], got[-1]["type"]) == ("turn.started", "turn.completed")
+    assert {e["turnId"] for e in got} == {running["turnId"]}
+
+
+def test_only_the_owner_reads_the_feed_and_cursors_stay_in_their_conversation(api: Api) -> None:
+    mine = a_turn_with_a_tool(api)["conversationId"]
+    other = a_turn_with_a_tool(api)["conversationId"]
+    cursor = events(api, mine)[0]["cursor"]
+    stranger = api.token("customer-8", customer_id=8)
+    assert feed(api, mine, token=stranger)[0] == 404
+    assert feed(api, "conv_01JNOTTHERENOTTHERENOTTHER")[0] == 404
+    assert feed(api, "not-an-id")[0] == 404
+    assert feed(api, mine, token=api.lead())[0] == 403
+    assert feed(api, mine, token=None)[0] == 401
+    status, body = feed(api, other, cursor)
+    assert status == 400 and "another conversation" in body["error"]["message"]
+    for bad in ("garbage", Cursor(mine, seq=-1).encode(), "W10"):
+        assert feed(api, mine, bad)[0] == 400
+    assert feed(api, mine, wait=21)[0] == 400
+
+
+@pytest.mark.parametrize("transparency", ["quiet"])
+def test_quiet_leaves_out_tool_input_and_result(api: Api, transparency: str) -> None:
+    api.overrides["TRANSPARENCY"] = transparency
+    api.current = ""
+    cid = a_turn_with_a_tool(api)["conversationId"]
+    got = events(api, cid)
+    tool_events = [e for e in got if e["type"].startswith("tool.")]
+    assert len(tool_events) == 2
+    assert all("input" not in e and "result" not in e for e in tool_events)
+    assert tool_events[0]["name"] == "lookup_order"
+
+
+def test_erasure_removes_what_the_notifications_say_and_the_feed_reads_tombstones(api: Api) -> None:
+    sam = api.token("customer-8", customer_id=8)
+    api.model.script = [answer("Noted.")]
+    status, body, _ = api.call(
+        "POST", "/api/chat", {"conversationId": None, "message": "I live at 1 Main St"}, token=sam
+    )
+    assert status == 200, body
+    cid = body["conversationId"]
+    data = {"approvalId": "apr_x", "orderId": 2002, "amountCents": 12000, "status": "REFUNDED"}
+    notes(api).transact([], Notification(cid, "approval.decided", "2999-01-01T00:00:00Z", data))
+    assert api.call("POST", "/api/customers/8/erase", {}, token=api.lead())[0] == 200
+    (note,) = notes(api).of(cid)
+    assert (note.type, note.data) == ("approval.decided", {})
+    got = events(api, cid, token=sam)
+    assert "1 Main St" not in str(got) and "12000" not in str(got)
+    assert [e["type"] for e in got] == ["turn.started", "message", "message", "turn.completed", "approval.decided"]
+
+
+def test_a_turn_the_sweep_fails_is_announced_once(api: Api) -> None:
+    status, running, _ = api.call("POST", "/api/chat", {"message": "hi"}, headers={"prefer": "respond-async"})
+    assert status == 202, running
+    (message,) = take_messages(api)
+    boto3.client("sqs").send_message(QueueUrl=api.stack.physical_ids["TurnDLQ"], MessageBody=message["Body"])
+    api.use_function("TurnSweepFunction")
+    assert api.handlers["TurnSweepFunction"]({"source": "aws.scheduler"}, None)["dead_lettered"] == 1
+    got = events(api, running["conversationId"])
+    assert [(e["type"], e["turnId"], e["error"]["code"]) for e in got] == [
+        ("turn.failed", running["turnId"], "turn_failed")
+    ]
