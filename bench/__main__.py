@@ -2,7 +2,12 @@
 
 Environment: BENCH_REPORT_ONLY=1 (rewrite the document from the last run's saved results),
 BENCH_RUNS (cold-start runs per variant, default 5), BENCH_TURNS (timed loop turns,
-default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long).
+default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long,feed).
+
+A partial run (BENCH_ONLY naming fewer than every section) starts from the last run's saved results
+(bench/.results.pickle) and replaces only the sections it measures, so the document it writes keeps
+every other section as the last run measured it (and says which sections were measured again, when).
+Without saved results it writes only what it measured.
 """
 
 from __future__ import annotations
@@ -18,6 +23,26 @@ from bench import report
 from bench.env import ROOT
 
 RESULTS = ROOT / "bench" / ".results.pickle"
+SECTIONS = ("cold", "imports", "loop", "aws", "cache", "long", "feed")
+
+
+def _start(only: set[str], runs: int, turns: int) -> dict[str, Any]:
+    """A full run's fresh results; a partial run's: the last run's, its measured sections to be replaced."""
+    fresh: dict[str, Any] = {"machine": report.machine(), "runs": runs, "turns": turns, "started": time.time()}
+    if set(SECTIONS) <= only:
+        return fresh
+    if not RESULTS.exists():
+        print(f"no saved results ({RESULTS.name}): the document will hold only {sorted(only)}", file=sys.stderr)
+        return fresh
+    results: dict[str, Any] = pickle.loads(RESULTS.read_bytes())
+    now = time.time()
+    results["remeasured"] = {**results.get("remeasured", {}), **dict.fromkeys(only & set(SECTIONS), now)}
+    if "cold" in only:
+        results["runs"] = runs
+    if "loop" in only:
+        results["turns"] = turns
+    print(f"partial run: {sorted(only)} measured again, the rest kept from {RESULTS.name}", file=sys.stderr)
+    return results
 
 
 def main() -> None:
@@ -26,10 +51,13 @@ def main() -> None:
         return
     runs = int(os.environ.get("BENCH_RUNS", "5"))
     turns = int(os.environ.get("BENCH_TURNS", "30"))
-    only = set(filter(None, os.environ.get("BENCH_ONLY", "cold,imports,loop,aws,cache,long").split(",")))
-    results: dict[str, Any] = {"machine": report.machine(), "runs": runs, "turns": turns, "started": time.time()}
+    only = set(filter(None, os.environ.get("BENCH_ONLY", ",".join(SECTIONS)).split(",")))
+    if only - set(SECTIONS):
+        raise SystemExit(f"BENCH_ONLY: unknown sections {sorted(only - set(SECTIONS))}; known: {','.join(SECTIONS)}")
+    results = _start(only, runs, turns)
+    partial = "remeasured" in results
     devnull = open(os.devnull, "w")  # noqa: SIM115 - the run's log sink
-    from bench import aws, cache, coldstart, long, loop
+    from bench import aws, cache, coldstart, feed, long, loop
     from bench.env import quiet_logs, world
 
     with world() as w:
@@ -60,15 +88,20 @@ def main() -> None:
             if "long" in only:
                 print("long conversations: 50 turns x 3 budgets ...", file=sys.stderr)
                 results["long"] = {b: long.run(w.model_url, 50, b) for b in ("0", "24000", "8000")}
+            if "feed" in only:
+                print(f"event feed: a minute of waiting, then {feed.SAMPLES} timed writes ...", file=sys.stderr)
+                results["feed"] = feed.measure(w)
         for section, table in (
             ("loop", report.loop_table),
             ("aws", report.aws_table),
             ("cache", report.cache_table),
             ("long", report.long_table),
+            ("feed", report.feed_table),
         ):
-            if section in results:
+            if section in only and section in results:
                 report.show(table(results))
-        results["machine"]["load_after"] = os.getloadavg()
+        if not partial:  # the machine's line describes the full run whose sections a partial run keeps
+            results["machine"]["load_after"] = os.getloadavg()
         path = report.write(results)  # before the servers stop: nothing measured is lost to a teardown
         for v in results.get("cold", []):
             v.event = None  # closures over this run's servers: not kept

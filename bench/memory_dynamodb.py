@@ -42,7 +42,7 @@ class MemoryDynamoDB:
     def query(
         self, TableName: str, KeyConditionExpression: str, ExpressionAttributeValues: dict[str, Any], **kw: Any
     ) -> dict[str, Any]:
-        """The key conditions the stores use: ``pk = :v`` with ``sk > :n`` or ``begins_with(sk, :p)``."""
+        """The key conditions the stores use: ``pk = :v`` with ``sk > :n``, ``sk >= :n`` or ``begins_with(sk, :p)``."""
         self.calls += 1
         pk_name, pk_ref = re.match(r"\s*(\w+)\s*=\s*(:\w+)", KeyConditionExpression).groups()  # type: ignore[union-attr]
         pk_value = str(ExpressionAttributeValues[pk_ref])
@@ -50,9 +50,11 @@ class MemoryDynamoDB:
         for item in self._partition(TableName, pk_value).values():
             if pk_name not in item:
                 continue
-            above = re.search(r"(\w+)\s*>\s*(:\w+)", KeyConditionExpression)
-            if above and not _num(item[above.group(1)]) > _num(ExpressionAttributeValues[above.group(2)]):
-                continue
+            above = re.search(r"(\w+)\s*(>=?)\s*(:\w+)", KeyConditionExpression)
+            if above:
+                value, bound = _num(item[above.group(1)]), _num(ExpressionAttributeValues[above.group(3)])
+                if not (value >= bound if above.group(2) == ">=" else value > bound):
+                    continue
             prefix = re.search(r"begins_with\((\w+),\s*(:\w+)\)", KeyConditionExpression)
             if prefix and not item[prefix.group(1)]["S"].startswith(ExpressionAttributeValues[prefix.group(2)]["S"]):
                 continue

@@ -302,6 +302,73 @@ the conversation cap, not the history budget, that ends a long conversation; the
 once the cap is raised, where the model's context window is the other bound."""
 
 
+def feed(results: dict[str, Any]) -> str:
+    from bench.feed import gb_seconds, latency_summary
+
+    f = results["feed"]
+    m, lim = f["minute"], f["limits"]
+    lat = latency_summary(f["latency"])
+    polls, wait, cap = m["invocations"], f["wait_seconds"], f["backoff"][-1]
+    reads_per_poll = m["reads_per_poll"]
+    read_ms = m["working_seconds"] * 1000 / max(polls * reads_per_poll, 1)
+    events_gbs = gb_seconds(lim["events_memory_mb"], m["held_seconds"])
+    chat_gbs = gb_seconds(lim["chat_memory_mb"], m["held_seconds"])
+    bound = (
+        f"so the reserved concurrency ({lim['concurrency']}) is what bounds the pages waiting at once, "
+        f"long before the rate ({lim['idle_clients_by_rate']:,.0f})"
+        if lim["concurrency"] < lim["idle_clients_by_rate"]
+        else f"so the rate ({lim['idle_clients_by_rate']:,.0f}), not the reserved concurrency, bounds them"
+    )
+    per_route = (
+        "The template sets a per-route throttle."
+        if lim["per_route_throttle"]
+        else "The throttle is the HTTP API's default route settings, which apply to every route: chat and the feed "
+        "share its rate, and busy feed readers could take what chat needs. A per-route setting (`RouteSettings` for "
+        "`GET /api/conversations/{id}/events`) would keep them apart; the template has none."
+    )
+    backoff = ", ".join(f"{b:g}" for b in f["backoff"])
+    fill = (
+        f" ({lim['busy_clients_by_rate']:,.0f} such readers fill it)"
+        if lim["busy_clients_by_rate"] != lim["concurrency"]
+        else ""
+    )
+    return f"""How it is measured (`bench/feed.py`): a conversation with one 3-iteration turn stored by the real
+`Agent` on the moto server, then quiet. EventsFunction's handler (functions/events/app.py) runs in a child process
+with the function's deployed environment and is called with API Gateway v2 events as a page would call it: once to
+catch up, then `waitSeconds={wait}` with the cursor it got. For the minute, the feed's clock and sleep are a fake
+clock (sleeping moves it at once), so the {polls} polls wait exactly {m["held_seconds"]:.0f} s and run in
+{m["working_seconds"]:.1f} s (moto's answers on this machine, not DynamoDB's); every DynamoDB request is counted
+by botocore hooks (the route's GetItem and UpdateItem included), with the size of what each read returned. For
+the latency the clock is real: the client waits while a thread writes an `approval.decided` notification
+(`NotificationStore.transact`) after a random 0–10 s.
+
+What it means:
+
+* **A waiting page costs {polls} invocations and {m["requests"]} DynamoDB requests a minute**: each poll reads
+  {reads_per_poll:.0f} times (`MAX_READS_PER_POLL`; backoff {backoff} s, the last repeating) and each read is 3
+  strongly consistent Queries (turn records, messages, notifications), plus one GetItem (the owner check) and one
+  UpdateItem (the reader's rate counter) per poll. On DynamoDB that is {m["rcu"]:.0f} RCU a minute — every read is
+  strongly consistent and returns under 4 KB (largest {m["largest_read_kb"]:.1f} KB), so 1 RCU per request, a Query
+  that finds nothing included — and {m["wcu"]} WCU.
+* **{events_gbs:.2f} GB-seconds per waiting client per minute** in EventsFunction ({lim["events_memory_mb"]} MB held
+  ~{m["held_seconds"]:.0f} s); the chat function ({lim["chat_memory_mb"]} MB) holding the same wait would cost
+  {chat_gbs:.2f} ({chat_gbs / events_gbs:.0f}×), and take from chat's concurrency too.
+* **A stored event reaches the waiting client in {lat["median"]:.2f} s (median), {lat["p95"]:.2f} s (p95),
+  {lat["max"]:.2f} s at most** over {lat["n"]:.0f} samples: after the first few seconds of a poll the reads are
+  {cap:g} s apart (`BACKOFF[-1]`), so an event waits up to that for the next read, plus the read itself (3 Queries:
+  ~{read_ms:.0f} ms on moto here: the minute's work ÷ its reads) and the answer. A shorter cap answers sooner and
+  costs more idle reads (3 RCU each).
+* **What the defaults allow**: each waiting client holds one EventsFunction execution for up to {wait} s, so
+  `{lim["concurrency_parameter"]}` ({lim["concurrency"]}) is how many clients can wait at once; more are throttled by
+  Lambda until one returns. The route throttle's steady {lim["rate"]:.0f} requests/s is {lim["rate"] * 60:,.0f} a
+  minute: at {polls} a minute an idle waiting client is a small share ({lim["idle_clients_by_rate"]:,.0f} of them
+  would fill it), {bound}. While events flow each event returns the poll early and the client asks again at once,
+  so a busy reader polls more — at most `ReadsPerMinute` ({lim["reads_per_minute"]}) times a minute, after which it
+  gets 429 `rate_limited` (lists and views count against it too). At that limit the {lim["concurrency"]} readers
+  that can wait at once would send {lim["busy_clients_rate_per_second"]:.0f} requests/s,
+  {lim["busy_clients_rate_per_second"] / lim["rate"]:.0%} of the API's steady rate{fill}. {per_route}"""
+
+
 STATIC = """## SnapStart
 
 `EnableSnapStart=true` (template parameter, default `false`) turns on Lambda SnapStart for
@@ -332,14 +399,21 @@ through `snapshot_restore_py`, which exists only in the Lambda runtime and is im
 
 * `make bench` creates `bench/.venv-peers` (git-ignored) on first use and installs the peers there
   from PyPI (`bench/requirements-peers.txt`) — never into `.venv` — then runs `python -m bench`.
-  `BENCH_RUNS`, `BENCH_TURNS` and `BENCH_ONLY=cold,imports,loop,aws,cache,long` adjust a run.
+  `BENCH_RUNS`, `BENCH_TURNS` and `BENCH_ONLY=cold,imports,loop,aws,cache,long,feed` adjust a run.
+  A partial run (`BENCH_ONLY` naming some sections) starts from the last run's saved results
+  (`bench/.results.pickle`, git-ignored) and replaces only what it measured, so this file keeps every
+  other section (and its header says what was measured again, when); `BENCH_REPORT_ONLY=1` rewrites
+  this file from the saved results without measuring.
 * `bench/env.py` starts the moto server and the instant model as subprocesses and deploys
   template.yaml into moto; `bench/coldstart.py` + `bench/cold_child.py` + `bench/handlers/`;
   `bench/loop.py` + `bench/peer_loops.py`; `bench/aws.py` + `bench/calls.py`; `bench/cache.py`;
-  `bench/long.py`; `bench/report.py` and `bench/narrative.py` write this file.
+  `bench/long.py`; `bench/feed.py` (the event feed); `bench/report.py` and `bench/narrative.py` write
+  this file.
 * In `make test`, not timed: `tests/unit/test_prompt_cache.py` (prefix stability),
   `tests/integration/test_aws_calls.py` (AWS requests per turn, item sizes),
-  `tests/unit/test_budget.py` (history budget), `tests/unit/test_snapstart.py`.
+  `tests/unit/test_budget.py` (history budget), `tests/unit/test_snapstart.py`,
+  `tests/integration/test_events_feed.py` (the feed's long poll answers early and empty at the wait's end),
+  `tests/unit/test_bench_feed.py` (the feed section's arithmetic).
 
 ## Peers
 

@@ -317,6 +317,91 @@ def long_table(results: dict[str, Any]) -> str:
     return "**Long conversations** (50 turns of the 3-iteration turn, in-memory store)\n\n" + "\n\n".join(parts)
 
 
+# -- the event feed -----------------------------------------------------------------------------------
+
+
+def feed_table(results: dict[str, Any]) -> str:
+    from bench.feed import gb_seconds, latency_summary
+
+    f = results["feed"]
+    m, lim = f["minute"], f["limits"]
+    events_gbs = gb_seconds(lim["events_memory_mb"], m["held_seconds"])
+    chat_gbs = gb_seconds(lim["chat_memory_mb"], m["held_seconds"])
+    polls, wait = m["invocations"], f["wait_seconds"]
+    minute = [
+        ["invocations of EventsFunction", polls, f"a minute ÷ waitSeconds={m['held_seconds'] / polls:.0f}"],
+        [
+            "seconds the function is held",
+            m["held_seconds"],
+            f"fake clock; the work in them took {m['working_seconds'] * 1000:,.0f} ms of real time on moto here",
+        ],
+        [f"GB-seconds, EventsFunction ({lim['events_memory_mb']} MB)", f"{events_gbs:.2f}", ""],
+        [
+            f"GB-seconds if the chat function ({lim['chat_memory_mb']} MB) held the wait",
+            f"{chat_gbs:.2f}",
+            f"{chat_gbs / events_gbs:.2f}× the events function",
+        ],
+        ["DynamoDB requests", m["requests"], f"{m['requests'] / polls:.0f} per poll"],
+    ]
+    for name, n in sorted(m["by_purpose"].items(), key=lambda kv: (-kv[1], kv[0])):
+        per_poll = f"{m['reads_per_poll']:.0f} reads per poll × {polls} polls"
+        note = per_poll if name.startswith("Query") else "one per poll"
+        minute.append([f"· {name}", n, note])
+    minute += [
+        [
+            "read capacity (RCU)",
+            f"{m['rcu']:.0f}",
+            f"every read strongly consistent and under 4 KB (largest {m['largest_read_kb']:.1f} KB): 1 RCU per read",
+        ],
+        ["write capacity (WCU)", m["wcu"], "the rate counter, one item under 1 KB"],
+    ]
+    lat = latency_summary(f["latency"])
+    latency = [
+        ["median", f"{lat['median']:.2f}"],
+        ["p95", f"{lat['p95']:.2f}"],
+        ["max", f"{lat['max']:.2f}"],
+        ["min", f"{lat['min']:.2f}"],
+        [
+            "the backoff's cap (BACKOFF[-1]): the longest a stored event waits for the next read to begin",
+            f"{f['backoff'][-1]:.2f}",
+        ],
+    ]
+    limits = [
+        [
+            f"{lim['concurrency_parameter']} (EventsFunction's reserved concurrency)",
+            lim["concurrency"],
+            f"{lim['concurrency']} clients waiting at once, each holding one execution for up to {wait} s",
+        ],
+        [
+            "ApiThrottlingRateLimit (requests/s, the whole API)",
+            f"{lim['rate']:.0f}",
+            f"{lim['idle_clients_by_rate']:,.0f} idle waiting clients ({lim['rate'] * 60:,.0f} requests a minute ÷ "
+            f"{polls} each); the {lim['concurrency']} that can wait use {lim['waiting_clients_rate_per_second']:.2f}/s",
+        ],
+        ["ApiThrottlingBurstLimit (requests, the whole API)", lim["burst"], "bursts above the steady rate"],
+        [
+            "ReadsPerMinute (per customer; lists and views count too)",
+            lim["reads_per_minute"],
+            f"while events flow a client polls at most {lim['reads_per_minute']} times a minute: "
+            f"{lim['busy_clients_by_rate']:,.0f} such clients fill the API's steady rate; the "
+            f"{lim['concurrency']} that can wait would send {lim['busy_clients_rate_per_second']:.0f}/s",
+        ],
+    ]
+    return (
+        "## The event feed\n\n"
+        "**One client waiting on a quiet conversation, per minute** (EventsFunction's handler with API Gateway v2 "
+        f"events, waitSeconds={wait}, nothing new; the feed's clock and sleep faked, so the minute is exact; "
+        "DynamoDB requests counted by botocore hooks on the moto server)\n\n"
+        + md(["per waiting client per minute", "measured", "note"], minute)
+        + f"\n\n**From a stored event to the waiting client** (seconds, real time; {lat['n']:.0f} polls with "
+        f"waitSeconds={wait}, each while a notification is written after a random 0–10 s; from the write's "
+        "TransactWriteItems answering to the poll's return)\n\n"
+        + md(["latency", "s"], latency)
+        + "\n\n**What the template's defaults allow** (read from template.yaml)\n\n"
+        + md(["default", "value", "allows"], limits)
+    )
+
+
 # -- the document -------------------------------------------------------------------------------------
 
 
@@ -329,7 +414,9 @@ def write(results: dict[str, Any]) -> Path:
         "Measured by `make bench` (`python -m bench`), which rewrote this file on "
         + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(results["started"]))
         + ". Every number below comes from one run on one machine; ratios are taken within that run, "
-        "side by side, which is what they are for. Absolute times are only meaningful against each other.\n",
+        "side by side, which is what they are for. Absolute times are only meaningful against each other."
+        + _remeasured(results)
+        + "\n",
         "## Machine and command\n",
         md(
             ["", ""],
@@ -352,6 +439,7 @@ def write(results: dict[str, Any]) -> Path:
         ("aws", aws_table, narrative.aws),
         ("cache", cache_table, narrative.cache),
         ("long", long_table, narrative.long),
+        ("feed", feed_table, narrative.feed),
     ):
         if key in results:
             sections.append(table(results))
@@ -360,6 +448,33 @@ def write(results: dict[str, Any]) -> Path:
     DOC.parent.mkdir(exist_ok=True)
     DOC.write_text("\n\n".join(s.strip("\n") for s in sections) + "\n")
     return DOC
+
+
+SECTION_NAMES = {
+    "cold": "cold starts",
+    "imports": "imports",
+    "loop": "loop overhead",
+    "aws": "AWS requests",
+    "cache": "prompt cache",
+    "long": "long conversations",
+    "feed": "the event feed",
+}
+
+
+def _remeasured(results: dict[str, Any]) -> str:
+    """The sections a later partial run (BENCH_ONLY) measured again, kept beside the full run's others."""
+    again = results.get("remeasured") or {}
+    if not again:
+        return ""
+    parts = [
+        f"{SECTION_NAMES.get(k, k)} on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(at))}"
+        for k, at in sorted(again.items(), key=lambda kv: kv[1])
+    ]
+    return (
+        " Measured again since by a partial run (`BENCH_ONLY`), every other section kept from the full run: "
+        + ", ".join(parts)
+        + "."
+    )
 
 
 def _load(value: Any) -> str:
