@@ -69,6 +69,11 @@ def variants(world: World) -> list[Variant]:
     def notifier_event() -> dict[str, Any]:
         return _approval_queue_event(world)
 
+    def mcp_event() -> dict[str, Any]:  # an MCP client's first useful request: tools/list (stateless)
+        event = _api_event("POST", "/mcp", customer, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        event["headers"].update({"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"})
+        return event
+
     out = [
         Variant("chat", OURS, ROOT / "functions/chat/app.py", "ChatFunction", chat_event, "ours"),
         Variant(
@@ -79,6 +84,7 @@ def variants(world: World) -> list[Variant]:
             chat_event,
             "snapstart",
         ),
+        Variant("mcp (tools/list)", OURS, ROOT / "functions/mcp/app.py", "McpFunction", mcp_event, "ours"),
         Variant(
             "approvals",
             OURS,

@@ -666,3 +666,62 @@ def _sqs_record(approval_id: str) -> dict[str, Any]:
         "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:ApprovalQueue",
         "awsRegion": "us-east-1",
     }
+
+
+def _mcp_call(api: Api, request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One JSON-RPC request to POST /mcp (stateless handshake era: no initialize needed), its result."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    token = api.token("customer-8", customer_id=8)  # the other tests of this module use customer 7's orders
+    status, body, _ = api.call("POST", "/mcp", message, token=token, headers=headers)
+    assert status == 200 and "result" in body, (status, body)
+    return body["result"]
+
+
+def test_mcp_function_under_its_own_role(
+    api: Api, stack: Stack, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MCP server's tools under McpFunction's role: every grant used, nothing beyond it (no turn queue,
+    no model, no Query of the conversations), and no delete anywhere."""
+    creds = credentials_for(stack, "McpFunction")
+    key = {"_meta": {"support-agent/idempotency-key": "lp-refund-1"}}
+    calls = [
+        ("tools/list", None),
+        ("tools/call", {"name": "lookup_order", "arguments": {"order_id": 2001}}),
+        ("tools/call", {"name": "list_invoices", "arguments": {}}),
+        (
+            "tools/call",
+            {"name": "request_refund", "arguments": {"order_id": 2002, "amount_cents": 500, "reason": "late"}, **key},
+        ),
+        (
+            "tools/call",
+            {"name": "request_refund", "arguments": {"order_id": 2001, "amount_cents": 700, "reason": "broken"}},
+        ),
+        ("tools/call", {"name": "escalate_to_human", "arguments": {"reason": "wants a person"}}),
+    ]
+    with as_function(api, "McpFunction", creds, recorder, monkeypatch):
+        results = [_mcp_call(api, i, method, params) for i, (method, params) in enumerate(calls, start=1)]
+        ddb, audit = boto3.client("dynamodb"), stack.physical_ids["AuditTable"]
+        forbidden = {
+            "DeleteItem on the audit table": lambda: ddb.delete_item(
+                TableName=audit, Key={"stream": {"S": "mcp#8"}, "event_id": {"S": "x"}}
+            ),
+            # moto enforces IAM per action, not per resource: that the role reaches no turn queue and no
+            # conversation Query is the static evaluator's to prove (tests/unit/test_template.py ALLOWED).
+            "StartExecution of RefundFlow": lambda: boto3.client("stepfunctions").start_execution(
+                stateMachineArn=stack.physical_ids["RefundFlow"], name="apr_mcp_forbidden", input="{}"
+            ),
+            "Scan of customer data": lambda: ddb.scan(TableName=stack.physical_ids["CustomerDataTable"]),
+            "sns:Publish to the leads": lambda: boto3.client("sns").publish(
+                TopicArn=stack.physical_ids["LeadsTopic"], Message="x"
+            ),
+        }
+        used = set(recorder.pairs)
+        refused = {name: denied(call) for name, call in forbidden.items()}
+    assert results[0]["tools"], results[0]
+    assert all(not r.get("isError") for r in results[1:]), [r for r in results[1:] if r.get("isError")]
+    assert all(refused.values()), refused
+    check_pairs(stack, "McpFunction", used)
+    count("8-least-privilege", McpFunction_forbidden_refused=len(refused))

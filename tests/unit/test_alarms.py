@@ -33,6 +33,7 @@ FUNCTIONS = (
     "TurnWorkerFunction",
     "TurnSweepFunction",
     "EventsFunction",
+    "McpFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).

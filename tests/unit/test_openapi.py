@@ -58,10 +58,20 @@ def test_every_template_route_is_documented_and_nothing_else(doc: dict[str, Any]
     assert documented == template
 
 
+# McpFunction's answers the MCP SDK gives, outside our contract's table: GET /mcp is only ever a 405 (no
+# server-initiated stream), the SDK's own 406 for an Accept it cannot serve, and its JSON-RPC error bodies
+# for a 400 (a parse error, an invalid request, a batch). Its other errors (401, 403, 413, 429) are ours.
+MCP_STATUSES = {("GET", "/mcp"): {405}, ("POST", "/mcp"): {405, 406}}
+JSONRPC = {"$ref": "#/components/schemas/JsonRpcMessage"}
+
+
 def test_errors_follow_the_contract(doc: dict[str, Any]) -> None:
     codes = {status for status, _code in CONTRACT.values()}
     for method, path, op in operations(doc):
         statuses = {int(s) for s in op["responses"]}
+        if (method, path) == ("GET", "/mcp"):
+            assert statuses == {405} and op["responses"]["405"]["headers"]["Allow"]
+            continue
         if (method, path) == ("POST", "/api/chat"):  # its one 422: a key reused with another body
             assert "idempotency_key_reused" in op["responses"]["422"]["description"]
         else:
@@ -71,8 +81,14 @@ def test_errors_follow_the_contract(doc: dict[str, Any]) -> None:
             if int(status) < 400:
                 assert "$ref" in json.dumps(response["content"]), f"{method} {path} {status}: undocumented body"
                 continue
-            assert int(status) in codes, (method, path, status)
-            assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
+            if int(status) in MCP_STATUSES.get((method, path), set()) and "content" not in response:
+                continue
+            assert int(status) in codes | MCP_STATUSES.get((method, path), set()), (method, path, status)
+            schema = response["content"]["application/json"]["schema"]
+            if (method, path, status) == ("POST", "/mcp", "400"):
+                assert schema == JSONRPC  # the SDK's JSON-RPC error
+                continue
+            assert schema == {"$ref": "#/components/schemas/ErrorBody"}
             if int(status) in (429, 503):
                 assert "Retry-After" in response["headers"], (method, path, status)
     schemas = doc["components"]["schemas"]
@@ -81,6 +97,11 @@ def test_errors_follow_the_contract(doc: dict[str, Any]) -> None:
     chat = doc["paths"]["/api/chat"]["post"]["responses"]
     assert {"400", "401", "404", "409", "413", "429", "502", "503"} <= set(chat)
     assert "rate_limited" in chat["429"]["description"] and "token_budget_exhausted" in chat["429"]["description"]
+
+
+# Public: the health check, /mcp's RFC 9728 metadata (a client reads it to learn how to get a token), and
+# GET /mcp, a 405 for anyone (nothing is served there, so nothing to authenticate for).
+PUBLIC = {("GET", "/api/health"), ("GET", "/.well-known/oauth-protected-resource"), ("GET", "/mcp")}
 
 
 def test_bearer_jwt_everywhere_but_health(doc: dict[str, Any]) -> None:
@@ -92,8 +113,8 @@ def test_bearer_jwt_everywhere_but_health(doc: dict[str, Any]) -> None:
     }
     assert doc["security"] == [{"bearerJwt": []}]
     for method, path, op in operations(doc):
-        if path == "/api/health":
-            assert op["security"] == [], "health is public"
+        if (method, path) in PUBLIC:
+            assert op["security"] == [], f"{method} {path} is public"
             assert "401" not in op["responses"]
         else:
             assert "security" not in op, f"{method} {path} must inherit the bearer requirement"
@@ -115,7 +136,11 @@ def test_request_models_refuse_unknown_fields(doc: dict[str, Any]) -> None:
 
 def test_response_models_describe_the_views(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
-    ok = {f"{m} {p}": op["responses"]["200"]["content"]["application/json"]["schema"] for m, p, op in operations(doc)}
+    ok = {
+        f"{m} {p}": op["responses"]["200"]["content"]["application/json"]["schema"]
+        for m, p, op in operations(doc)
+        if (m, p) != ("GET", "/mcp")  # only ever 405 (test_errors_follow_the_contract)
+    }
     assert ok["POST /api/chat"] == {"$ref": "#/components/schemas/ChatResponse"}
     assert ok["GET /api/conversations/{conversation_id}"] == {"$ref": "#/components/schemas/ConversationView"}
     assert ok["POST /api/customers/{customer_id}/erase"] == {"$ref": "#/components/schemas/ErasureResult"}

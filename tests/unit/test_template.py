@@ -571,6 +571,18 @@ ALLOWED: dict[str, set[Pair]] = {
         ("sqs:ReceiveMessage", "TurnDLQ"),
         ("sqs:DeleteMessage", "TurnDLQ"),
     },
+    # The MCP server: the registry's tools for the customer's own assistant, so the chat function's tool grants
+    # (orders, refunds, approvals, the approval queue, audit rows, Stripe's key when set), its own rate counter,
+    # audit stream head and hand-off in the Conversations table (read and update; no Query: it lists nothing), and
+    # none of the turn's: no TurnQueue, no model, no LLM secrets.
+    "McpFunction": {
+        *{(f"dynamodb:{a}", "ConversationsTable") for a in ("GetItem", "UpdateItem")},
+        *{(f"dynamodb:{a}", "CustomerDataTable") for a in _DDB_RW},
+        *{(f"dynamodb:{a}", "ApprovalsTable") for a in ("GetItem", "PutItem")},
+        ("dynamodb:PutItem", "AuditTable"),
+        ("sqs:SendMessage", "ApprovalQueue"),
+        ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
+    },
     # The event feed reads the conversation (header, messages, turn records, notifications) and counts the
     # reader's polls (UpdateItem on `rate#` items only, LeadingKeys); it writes nothing else, anywhere.
     "EventsFunction": {
@@ -759,6 +771,10 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
+    "McpFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
 }
 
 
@@ -926,6 +942,7 @@ def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> 
         "PaymentsFunction",
         "PaymentSweepFunction",
         "ReconcileFunction",
+        "McpFunction",
     ],
 )
 def test_stripe_key_and_provider_reach_the_refunding_functions(
@@ -963,6 +980,7 @@ def test_stripe_key_and_provider_reach_the_refunding_functions(
         "PaymentsFunction",
         "PaymentSweepFunction",
         "ReconcileFunction",  # reads refunds only (reconciliation)
+        "McpFunction",  # request_refund over MCP refunds as the chat function's tool does
     }
 
 

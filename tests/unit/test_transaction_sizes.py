@@ -34,7 +34,7 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 # Every call site, by module, and the tests below that build its worst case.
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
-    "store/refunds.py": 1,  # direct, reserve: test_money_writes
+    "store/refunds.py": 1,  # direct, reserve (and a held one's, with its dedupe item): test_money_writes
     # begin_approved; fail_unstarted, record and fail_late (one `_transact`, with or without their notification);
     # new_attempt; an audited call that changed nothing (row head + row): test_ledger_writes
     "store/ledger.py": 4,
@@ -46,6 +46,7 @@ COVERED = {
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
     "store/turns.py": 2,  # a turn's claim (record + key), the worker's take-over (header + check): test_turn_claim
+    "mcp/tools.py": 1,  # an MCP call's audit row with its stream's head: test_mcp_audit
 }
 
 
@@ -114,7 +115,10 @@ def test_money_writes() -> None:
     writer = RefundWriter(db, "CustomerData", "Approvals", "Audit")
     writer.direct(request(100), 5000, direct_row(request(100)))
     writer.reserve(request(9000), "apr_1", {"status": "PENDING_APPROVAL", "approval_id": "apr_1"})
-    assert len(db.transactions) == 2
+    # An MCP call's held request: the reserve grows by its dedupe item (request row, order, approval, audit, dedupe).
+    writer.reserve(request(100), "apr_2", {"status": "PENDING_APPROVAL", "approval_id": "apr_2"}, held=True)
+    writer.reserve(request(100), "apr_3", {"approval_id": "apr_3"}, held=True, replaces="apr_2")
+    assert [len(t) for t in db.transactions] == [3, 4, 5, 5]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 
@@ -174,6 +178,16 @@ def test_approval_decisions() -> None:
         decide()
     # approve, retry: approval + audit row; reject (and expire, release): + the order + the notification's two
     assert [len(t) for t in db.transactions] == [2, 2, 5]
+    # A held MCP request's approval (no conversation: no notification): its PENDING's end removes the dedupe item.
+    held = {**approval, "conversation_id": None, "dedupe_sk": "HELD#1042#9000"}
+    for status, decide in [
+        ("PENDING", lambda: store.approve("apr_1", "lead-1", "t")),
+        ("FAILED", lambda: store.release("apr_1", "FAILED", "RELEASED", "lead-1", "refund_released", "t")),
+        ("PENDING", lambda: store.release("apr_1", "PENDING", "EXPIRED", "sweep", "approval_expired", "t")),
+    ]:
+        db.items["Approvals"] = {**held, "status": status}
+        decide()
+    assert [len(t) for t in db.transactions] == [2, 2, 5, 3, 3, 4]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 
@@ -200,6 +214,17 @@ def test_hand_offs() -> None:
     store.close("hof_1", "lead-1", "t")
     assert len(db.transactions) == COVERED["store/handoffs.py"]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
+
+
+def test_mcp_audit() -> None:
+    """An MCP call's audit row and its stream's head (the customer's ``mcp#<id>`` item)."""
+    from support_agent.mcp.tools import McpServices, append_audit
+    from support_agent.store.audit import AuditRecord
+
+    db = RecordingDynamo()
+    services = McpServices(None, db, "Conversations", "Audit")  # type: ignore[arg-type]
+    append_audit(services, 7, AuditRecord("mcp#7", "tool_call", "customer-7", "ok", 7, "t", origin="mcp"))
+    assert [len(t) for t in db.transactions] == [2]
 
 
 def test_erasure_chunks() -> None:

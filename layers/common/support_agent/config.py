@@ -76,6 +76,11 @@ class Settings(BaseModel):
     turns_per_minute: int = Field(10, alias="TURNS_PER_MINUTE", ge=1, le=10_000)
     # Conversation reads (list and view) a customer may make per clock minute (a separate counter).
     reads_per_minute: int = Field(60, alias="READS_PER_MINUTE", ge=1, le=10_000)
+    # MCP requests carrying tools/call a customer may make per clock minute (McpFunction; its own counter).
+    mcp_calls_per_minute: int = Field(30, alias="MCP_CALLS_PER_MINUTE", ge=1, le=10_000)
+    # The public base URL of the API (https://api.example.com) for the MCP resource metadata; empty: from the
+    # request's Host and X-Forwarded-Proto headers.
+    mcp_public_base_url: str = Field("", alias="MCP_PUBLIC_BASE_URL")
 
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from support_agent.approvals.sweep import ApprovalSweeper
     from support_agent.auth import Authenticator
     from support_agent.llm.base import LlmClient
+    from support_agent.mcp.tools import McpServices
     from support_agent.payments.flow import RefundStep
     from support_agent.payments.port import PaymentProvider
     from support_agent.payments.reconcile import Reconciler
@@ -418,6 +419,13 @@ class _Root:
         return SealWriter(self.client("s3"), get_settings().audit_seal_bucket, utc_now)
 
     @cached_property
+    def mcp_services(self) -> McpServices:
+        """McpFunction's: the registry's tools under the MCP rules (mcp/tools.py), on the process's provider."""
+        from support_agent.mcp.tools import build_mcp_services
+
+        return build_mcp_services(get_settings(), self.client("dynamodb"), _lazy("sqs"), self.payments)
+
+    @cached_property
     def authenticator(self) -> Authenticator:
         """Kept while warm, so the JWKS cache survives across invocations."""
         from support_agent.auth import Authenticator
@@ -475,6 +483,10 @@ def seal_writer() -> SealWriter:
 
 def authenticator() -> Authenticator:
     return _root.authenticator
+
+
+def mcp_services() -> McpServices:
+    return _root.mcp_services
 
 
 def refund_step() -> RefundStep:

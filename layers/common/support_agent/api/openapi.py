@@ -67,6 +67,8 @@ def document() -> dict[str, Any]:
             if path in public:
                 operation["security"] = []
     _chat_headers(doc["paths"]["/api/chat"]["post"])
+    doc["paths"].update(_mcp_paths())
+    doc["components"]["schemas"].update(MCP_SCHEMAS)
     doc["paths"] = dict(sorted(doc["paths"].items()))
     _drop_unreferenced_schemas(doc)
     return doc
@@ -107,6 +109,107 @@ def _chat_headers(operation: dict[str, Any]) -> None:
         },
         "Preference-Applied": {"description": "`respond-async` when asked for", "schema": {"type": "string"}},
         **replayed,
+    }
+
+
+_ERROR = {"$ref": "#/components/schemas/ErrorBody"}
+_JSONRPC = {"$ref": "#/components/schemas/JsonRpcMessage"}
+MCP_SCHEMAS: dict[str, Any] = {
+    "JsonRpcMessage": {
+        "title": "JsonRpcMessage",
+        "description": "One JSON-RPC 2.0 message of the Model Context Protocol (a request, a notification or "
+        "a response); its methods and params are MCP's own specification. A batch (an array) is refused.",
+        "type": "object",
+        "required": ["jsonrpc"],
+        "properties": {
+            "jsonrpc": {"type": "string", "enum": ["2.0"]},
+            "id": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+            "method": {"type": "string", "examples": ["tools/list", "tools/call", "initialize", "server/discover"]},
+            "params": {"type": "object"},
+            "result": {"type": "object"},
+            "error": {"type": "object", "description": "code, message, data"},
+        },
+        "additionalProperties": False,
+    },
+    "ProtectedResourceMetadata": {
+        "title": "ProtectedResourceMetadata",
+        "description": "RFC 9728: the MCP resource, the JWT issuer as its authorization server, bearer tokens "
+        "in the Authorization header.",
+        "type": "object",
+        "required": ["resource", "authorization_servers", "bearer_methods_supported"],
+        "properties": {
+            "resource": {"type": "string", "description": "<base>/mcp"},
+            "authorization_servers": {"type": "array", "items": {"type": "string"}},
+            "bearer_methods_supported": {"type": "array", "items": {"type": "string", "enum": ["header"]}},
+            "resource_name": {"type": "string"},
+            "resource_documentation": {"type": "string"},
+        },
+        "additionalProperties": False,
+    },
+}
+
+
+def _json(description: str, schema: dict[str, Any], **headers: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = {name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()}
+    return out
+
+
+def _mcp_paths() -> dict[str, Any]:
+    """McpFunction's routes, written here: the MCP SDK serves them (the JSON-RPC methods are MCP's own
+    specification, not ours to restate), and this module must not import it (support_agent/mcp/)."""
+    challenge = 'Bearer resource_metadata="<base>/.well-known/oauth-protected-resource"'
+    return {
+        "/mcp": {
+            "post": {
+                "tags": ["MCP"],
+                "summary": "MCP server (Streamable HTTP, stateless, JSON responses)",
+                "description": (
+                    "The Model Context Protocol for a customer's own assistant: `tools/list` and `tools/call` (the "
+                    "chat's tools, scoped by the token's customer), with `initialize` and `ping` (2025-06-18, "
+                    "2025-11-25) or `server/discover` (2026-07-28), as the official `mcp` SDK 2.3 speaks them. "
+                    "Customers only; send `Accept: application/json, text/event-stream`. A key for a tool with an "
+                    'effect goes in `params._meta["support-agent/idempotency-key"]`. Protocol faults are JSON-RPC '
+                    "errors, business failures `isError` tool results. Requests carrying `tools/call` count "
+                    "against `McpCallsPerMinute` (429 `rate_limited` before the JSON-RPC layer)."
+                ),
+                "operationId": "mcp_post",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _JSONRPC}}},
+                "responses": {
+                    "200": _json("A JSON-RPC response: a result, or a JSON-RPC error", _JSONRPC),
+                    "202": _json("A notification or a response accepted (no body)", _JSONRPC),
+                    "400": _json("Not one JSON-RPC message (a parse error, an invalid request, a batch)", _JSONRPC),
+                    "401": _json("No bearer token, or a bad one", _ERROR, **{"WWW-Authenticate": challenge}),
+                    "403": _json("Not a customer (a support lead)", _ERROR),
+                    "405": _json("GET: no server-initiated stream (stateless)", _ERROR, Allow="POST"),
+                    "406": {"description": "Accept allows neither JSON nor an event stream (the SDK's answer)"},
+                    "413": _json("Body larger than MAX_BODY_BYTES", _ERROR),
+                    "429": _json("`rate_limited`: over McpCallsPerMinute", _ERROR, **{"Retry-After": "Seconds"}),
+                },
+            },
+            "get": {
+                "tags": ["MCP"],
+                "summary": "Not offered: 405 (stateless, no server-initiated stream)",
+                "operationId": "mcp_get",
+                "security": [],
+                "responses": {"405": _json("Always: POST JSON-RPC messages instead", _ERROR, Allow="POST")},
+            },
+        },
+        "/.well-known/oauth-protected-resource": {
+            "get": {
+                "tags": ["MCP"],
+                "summary": "OAuth 2.0 protected resource metadata of /mcp (RFC 9728), public",
+                "operationId": "oauth_protected_resource",
+                "security": [],
+                "responses": {
+                    "200": _json(
+                        "The resource (`<base>/mcp`), its authorization server (the JWT issuer), bearer in the header",
+                        {"$ref": "#/components/schemas/ProtectedResourceMetadata"},
+                    )
+                },
+            }
+        },
     }
 
 

@@ -216,6 +216,9 @@ class ApprovalStore:
                     }
                 }
             )
+        dedupe = self._dedupe_release(approval, change)
+        if dedupe is not None:
+            items.append(dedupe)
 
         def cancelled(codes: list[str]) -> Conflict | None:
             """The approval's condition failed (or none was named): its state moved on; the order's: the
@@ -236,6 +239,25 @@ class ApprovalStore:
         updated = self.get(approval_id)
         assert updated is not None
         return updated
+
+    def _dedupe_release(self, approval: dict[str, Any], change: _Change) -> dict[str, Any] | None:
+        """A held request's dedupe item (store/refunds.py `held_sk`) is released by the decision that ends its
+        approval's PENDING (approve, reject, expire: each happens once), so the same request may be asked again;
+        the later decisions (its refund, failure, release) find it released. An UpdateItem, not a delete: no role
+        holds DeleteItem. While the approval is PENDING the item is its own (a reserve replaces only an item
+        whose approval was decided), hence the condition."""
+        dedupe_sk = approval.get("dedupe_sk")
+        if not dedupe_sk or change.from_status != "PENDING" or not self._customers:
+            return None
+        return {
+            "Update": {
+                "TableName": self._customers,
+                "Key": to_item({"customer_id": int(approval["customer_id"]), "sk": str(dedupe_sk)}),
+                "UpdateExpression": "SET released_at = :now",
+                "ConditionExpression": "approval_id = :id",
+                "ExpressionAttributeValues": to_values({":id": str(approval["approval_id"]), ":now": change.now}),
+            }
+        }
 
     def approve(self, approval_id: str, lead: str, now: str, not_created_before: str | None = None) -> dict[str, Any]:
         """PENDING → APPROVED, recording who and when. The refund itself is RefundFlow's job.

@@ -42,6 +42,8 @@ class AuditRecord:
     tool_use_id: str | None = None
     handoff_id: str | None = None
     refund_key: str | None = None
+    origin: str | None = None  # "mcp" for a call through the MCP server (absent: the chat's, or no call)
+    client: str | None = None  # the MCP client's name, as it gave it
     event_id: str = field(default_factory=ulid)
     # The chain (store/audit_chain.py): set by `chain`, never by hand.
     n: int | None = None
@@ -84,6 +86,8 @@ class AuditRecord:
             "tool_use_id": self.tool_use_id,
             "handoff_id": self.handoff_id,
             "refund_key": self.refund_key,
+            "origin": self.origin,
+            "client": self.client,
         }
 
 

@@ -9,6 +9,11 @@ The same transaction writes an immutable per-call record, ``call#<conversation>#
 (``entity = HANDOFF_CALL``, no ``status``/``created_at``, so neither index lists it): the repair of a
 crashed turn finds what the call did by its key alone, even once the ticket is closed or the
 conversation erased, and never opens a second ticket for it.
+
+An MCP call has no conversation: its customer's open MCP ticket is named by a per-customer item of the
+Conversations table instead, ``mcp#<customer_id>`` / 0 (the ``holder``; it also holds the customer's MCP audit
+stream's head, mcp/tools.py, and never carries ``customer_id`` or ``updated_at``), created by the first open;
+the ticket records its ``holder`` and no ``conversation_id``, and closing it frees the holder the same way.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class HandoffStore:
         return from_item(item) if item and item.get("entity", {}).get("S") == ENTITY else None
 
     def open_for(self, conversation_id: str) -> dict[str, Any] | None:
+        """The open ticket the conversation header (or an MCP holder item) names."""
         out = self._db.get_item(
             TableName=self._conversations,
             Key=to_item({"conversation_id": conversation_id, "seq": 0}),
@@ -84,8 +90,12 @@ class HandoffStore:
         tool_use_id: str,
         request_id: str,
         now: str,
+        holder: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Open a ticket unless one is open for the conversation; returns (ticket, created).
+
+        ``holder`` (an MCP call): the per-customer item naming the open ticket, in place of a conversation
+        header; ``conversation_id`` then only keys the per-call record.
 
         Only a created ticket gets a per-call record: "already open" changes nothing, so a crashed
         call that got that answer is safely repaired as "not executed" and may simply run again.
@@ -96,7 +106,8 @@ class HandoffStore:
             "entity": ENTITY,
             "status": "OPEN",
             "customer_id": customer_id,
-            "conversation_id": conversation_id,
+            "conversation_id": None if holder else conversation_id,
+            "holder": holder,
             "reason": reason,
             "tool_use_id": tool_use_id,
             "requested_by": actor,
@@ -112,7 +123,7 @@ class HandoffStore:
             tool="escalate_to_human",
             input={"reason": reason},
             output={"handoff_id": handoff_id},
-            conversation_id=conversation_id,
+            conversation_id=None if holder else conversation_id,
             request_id=request_id,
             tool_use_id=tool_use_id,
             handoff_id=handoff_id,
@@ -126,7 +137,7 @@ class HandoffStore:
             "entity": CALL_ENTITY,
             "handoff_id": handoff_id,
             "customer_id": customer_id,
-            "conversation_id": conversation_id,
+            "conversation_id": None if holder else conversation_id,
             "seq": seq,
             "tool_use_id": tool_use_id,
             "recorded_at": now,
@@ -137,10 +148,12 @@ class HandoffStore:
             {
                 "Update": {
                     "TableName": self._conversations,
-                    "Key": to_item({"conversation_id": conversation_id, "seq": 0}),
+                    "Key": to_item({"conversation_id": holder or conversation_id, "seq": 0}),
                     "UpdateExpression": "SET open_handoff_id = :h",
-                    "ConditionExpression": "attribute_exists(conversation_id) AND "
-                    "attribute_not_exists(open_handoff_id)",
+                    # the conversation's header must exist; an MCP holder is created by its first ticket
+                    "ConditionExpression": "attribute_not_exists(open_handoff_id)"
+                    if holder
+                    else "attribute_exists(conversation_id) AND attribute_not_exists(open_handoff_id)",
                     "ExpressionAttributeValues": to_values({":h": handoff_id}),
                 }
             },
@@ -149,7 +162,7 @@ class HandoffStore:
 
         def already_open(_codes: list[str]) -> HandoffConflict | None:
             """Whichever item failed, the conversation's open ticket is the answer; none open: the error stands."""
-            current = self.open_for(conversation_id)
+            current = self.open_for(holder or conversation_id)
             return None if current is None else HandoffConflict(current)
 
         try:
@@ -172,7 +185,7 @@ class HandoffStore:
             created_at=now,
             input={"note": note} if note else None,
             output={"handoff_id": handoff_id},
-            conversation_id=ticket["conversation_id"],
+            conversation_id=ticket.get("conversation_id"),
             handoff_id=handoff_id,
         )
         read = Head.of(ticket)
@@ -203,7 +216,10 @@ class HandoffStore:
                     {
                         "Update": {
                             "TableName": self._conversations,
-                            "Key": to_item({"conversation_id": ticket["conversation_id"], "seq": 0}),
+                            # the conversation's header, or an MCP ticket's holder item
+                            "Key": to_item(
+                                {"conversation_id": ticket.get("holder") or ticket["conversation_id"], "seq": 0}
+                            ),
                             "UpdateExpression": "REMOVE open_handoff_id",
                             "ConditionExpression": "open_handoff_id = :h",
                             "ExpressionAttributeValues": to_values({":h": handoff_id}),

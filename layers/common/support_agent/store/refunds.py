@@ -8,14 +8,39 @@ DynamoDB conditions cannot add attributes, so the threshold rule
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_after
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
-from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, dumps, put_new, to_values
+from support_agent.store.dynamo import (
+    CONDITION_FAILED,
+    DynamoDBClient,
+    cancellation_as,
+    dumps,
+    from_item,
+    put_new,
+    to_item,
+    to_values,
+)
 from support_agent.store.ledger import LedgerRow, RefundLedger
+
+
+def held_sk(order_id: int, amount_cents: int) -> str:
+    """The dedupe item of a held request (an MCP call without a key): one per customer, order and amount while
+    its approval is PENDING (written by `RefundWriter.reserve`, removed by the approval's decision)."""
+    return f"HELD#{order_id}#{amount_cents}"
+
+
+class HeldExists(Exception):
+    """An identical held request is pending: its approval answers this one (nothing was written)."""
+
+    def __init__(self, approval_id: str, result: dict[str, Any]) -> None:
+        super().__init__(f"an identical request is pending as {approval_id}")
+        self.approval_id = approval_id
+        self.result = result
 
 
 class RefundRace(Exception):
@@ -61,7 +86,7 @@ class RefundWriter:
             "reason": r.reason,
             "status": status,
             "approval_id": result.get("approval_id"),
-            "conversation_id": r.conversation_id,
+            "conversation_id": r.conversation_id or None,  # an MCP call's: none
             "tool_use_id": r.tool_use_id,
             "created_at": r.now,
             "result": dumps(result),
@@ -89,7 +114,7 @@ class RefundWriter:
             tool="request_refund",
             input={"order_id": r.order_id, "amount_cents": r.amount_cents, "reason": r.reason},
             output=result,
-            conversation_id=r.conversation_id,
+            conversation_id=r.conversation_id or None,
             approval_id=result.get("approval_id"),
             request_id=r.request_id,
             tool_use_id=r.tool_use_id,
@@ -151,9 +176,45 @@ class RefundWriter:
         )
         return replace(row, extra={**row.extra, **head})
 
-    def reserve(self, r: RefundRequest, approval_id: str, result: dict[str, Any]) -> None:
+    def held(self, customer_id: int, order_id: int, amount_cents: int) -> tuple[dict[str, Any] | None, str | None]:
+        """The pending held request identical to this one: (its answer, None); or (None, the approval id of a
+        stale dedupe item, whose approval was decided without removing it, for `reserve` to replace); or
+        (None, None)."""
+        out = self._db.get_item(
+            TableName=self._customers,
+            Key=to_item({"customer_id": customer_id, "sk": held_sk(order_id, amount_cents)}),
+            ConsistentRead=True,
+        )
+        item = from_item(out["Item"]) if out.get("Item") else None
+        if item is None or item.get("released_at"):
+            return None, None  # none, or released by its approval's decision: a new request may take it
+        approval_id = str(item["approval_id"])
+        approval = self._db.get_item(
+            TableName=self._approvals,
+            Key=to_item({"approval_id": approval_id}),
+            ConsistentRead=True,
+            ProjectionExpression="#st",
+            ExpressionAttributeNames={"#st": "status"},
+        ).get("Item")
+        if approval is not None and from_item(approval).get("status") == "PENDING":
+            return dict(json.loads(item["result"])), None
+        return None, approval_id
+
+    def reserve(
+        self,
+        r: RefundRequest,
+        approval_id: str,
+        result: dict[str, Any],
+        held: bool = False,
+        replaces: str | None = None,
+    ) -> None:
         """Write the PENDING approval and reserve the amount, in one transaction; the audit row starts the
-        approval's stream (``approval#<id>``), whose head the approval holds."""
+        approval's stream (``approval#<id>``), whose head the approval holds.
+
+        ``held`` (an MCP call without a key): the same transaction writes the request's dedupe item
+        (`held_sk`), conditioned on no identical request pending (or on it still being the stale one
+        ``replaces`` names), so two concurrent identical calls make one approval; `HeldExists` names the
+        other. The approval carries ``dedupe_sk``: its decision releases the item (store/approvals.py)."""
         audit = self._audit_row(
             r, f"approval#{approval_id}", approval_id, "refund_requested", "PENDING_APPROVAL", result
         )
@@ -166,23 +227,56 @@ class RefundWriter:
             "amount_cents": r.amount_cents,
             "currency": r.currency,
             "reason": r.reason,
-            "conversation_id": r.conversation_id,
+            "conversation_id": r.conversation_id or None,  # none for an MCP call: nothing to announce to
             "tool_use_id": r.tool_use_id,
             "request_sk": r.request_sk,
+            "dedupe_sk": held_sk(r.order_id, r.amount_cents) if held else None,
             "payment_intent": r.payment_intent or None,
             "requested_by": r.actor,
             "created_at": r.now,
             **head_after(Head(), [audit]).attributes(),
         }
-        self._transact(
-            [
-                self._request_row(r, "approval", "PENDING_APPROVAL", result),
-                self._order_update(
-                    r,
-                    "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
-                    r.amount_cents,
-                ),
-                put_new(self._approvals, approval, "approval_id"),
-                audit.put(self._audit),
-            ]
-        )
+        items = [
+            self._request_row(r, "approval", "PENDING_APPROVAL", result),
+            self._order_update(
+                r,
+                "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
+                r.amount_cents,
+            ),
+            put_new(self._approvals, approval, "approval_id"),
+            audit.put(self._audit),
+        ]
+        if not held:
+            self._transact(items)
+            return
+        items.append(self._dedupe_put(r, approval_id, result, replaces))
+        try:
+            self._transact(items)
+        except RefundRace as race:
+            if race.request_exists:
+                raise
+            pending, _stale = self.held(r.customer_id, r.order_id, r.amount_cents)
+            if pending is not None:
+                raise HeldExists(str(pending.get("approval_id")), pending) from None
+            raise
+
+    def _dedupe_put(
+        self, r: RefundRequest, approval_id: str, result: dict[str, Any], replaces: str | None
+    ) -> dict[str, Any]:
+        """The held request's dedupe item (no ``updated_at``: nothing indexes it)."""
+        item = {
+            "customer_id": r.customer_id,
+            "sk": held_sk(r.order_id, r.amount_cents),
+            "approval_id": approval_id,
+            "order_id": r.order_id,
+            "amount_cents": r.amount_cents,
+            "created_at": r.now,
+            "result": dumps(result),
+        }
+        # Free: absent, released by its approval's decision, or (``replaces``) the stale item read before.
+        condition = "attribute_not_exists(sk) OR attribute_exists(released_at)"
+        put: dict[str, Any] = {"TableName": self._customers, "Item": to_item(item), "ConditionExpression": condition}
+        if replaces is not None:
+            put["ConditionExpression"] = f"{condition} OR approval_id = :stale"
+            put["ExpressionAttributeValues"] = to_values({":stale": replaces})
+        return {"Put": put}

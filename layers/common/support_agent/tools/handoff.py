@@ -1,4 +1,4 @@
-"""escalate_to_human: the customer wants a person. One open ticket per conversation."""
+"""escalate_to_human: the customer wants a person. One open ticket per conversation (per customer for MCP calls)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
             ctx.tool_use_id,
             ctx.request_id,
             ctx.now,
+            holder=f"mcp#{ctx.customer_id}" if ctx.origin == "mcp" else None,  # no conversation: the customer's
         )
         return _view(ticket["approval_id"], created)
 

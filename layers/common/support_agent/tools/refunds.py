@@ -24,13 +24,18 @@ from support_agent.ids import new_approval_id
 from support_agent.payments.settle import RefundSettler
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore, refund_request_sk
 from support_agent.store.ledger import UNSETTLED, LedgerRow, direct_refund_key
-from support_agent.store.refunds import RefundRace, RefundRequest, RefundWriter
+from support_agent.store.refunds import HeldExists, RefundRace, RefundRequest, RefundWriter
 from support_agent.tools.orders import not_found
 from support_agent.tools.registry import Tool, ToolContext, ToolError
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+SIZE_MESSAGE = "Refunds of this size need a support lead's approval; the customer will be told the outcome."
+HELD_MESSAGE = (
+    "Refund requests made without an idempotency key wait for a support lead's approval; "
+    "the customer will be told the outcome."
+)
 
 
 class RequestRefundInput(BaseModel):
@@ -86,6 +91,11 @@ def refund_tools(
         return settle(row, ctx) if row.status in UNSETTLED else direct_answer(row)
 
     def attempt(args: RequestRefundInput, ctx: ToolContext) -> dict[str, Any]:
+        stale: str | None = None
+        if ctx.held:  # an identical request still pending answers this one, before the order (it reserved) is read
+            pending, stale = writer.held(ctx.customer_id, args.order_id, args.amount_cents)
+            if pending is not None:
+                return pending
         order = store.get_order(ctx.customer_id, args.order_id)
         if order is None:
             raise not_found(args.order_id)
@@ -111,7 +121,7 @@ def refund_tools(
             currency=order["currency"],
             reason=args.reason,
             request_sk=refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id),
-            conversation_id=ctx.conversation_id,
+            conversation_id=ctx.owner_conversation_id,
             tool_use_id=ctx.tool_use_id,
             actor=ctx.principal.sub,
             request_id=ctx.request_id,
@@ -120,7 +130,7 @@ def refund_tools(
         )
         committed = int(order.get("refunded_cents", 0)) + int(order.get("reserved_cents", 0))
         money = {"order_id": args.order_id, "amount_cents": args.amount_cents, "currency": order["currency"]}
-        if committed + args.amount_cents <= threshold_cents:
+        if not ctx.held and committed + args.amount_cents <= threshold_cents:
             row = LedgerRow(
                 customer_id=ctx.customer_id,
                 sk=request.request_sk,
@@ -133,7 +143,7 @@ def refund_tools(
                 status="REQUESTED",
                 attempt=1,
                 provider=provider,
-                conversation_id=ctx.conversation_id,
+                conversation_id=ctx.owner_conversation_id,
                 tool_use_id=ctx.tool_use_id,
             )
             return settle(writer.direct(request, threshold_cents, row), ctx)
@@ -142,9 +152,12 @@ def refund_tools(
             "status": "PENDING_APPROVAL",
             "approval_id": approval_id,
             **money,
-            "message": "Refunds of this size need a support lead's approval; the customer will be told the outcome.",
+            "message": HELD_MESSAGE if ctx.held else SIZE_MESSAGE,
         }
-        writer.reserve(request, approval_id, result)
+        try:
+            writer.reserve(request, approval_id, result, held=ctx.held, replaces=stale)
+        except HeldExists as exists:  # a concurrent identical held request won: its approval is the answer
+            return exists.result
         obs.emit(obs.APPROVALS_CREATED)
         try:
             enqueue_approval(approval_id)

@@ -33,6 +33,17 @@ class ToolContext:
     request_id: str
     now: str
     deadline: Deadline | None = None  # the turn's: a call outside AWS (the payment provider) stays within it
+    # An MCP call's (mcp/tools.py): its keys are ("mcp", customer id, the hashed idempotency key or a fresh id) in
+    # place of (conversation, seq, tool_use_id); no conversation owns what it writes (no feed is told), and
+    # ``held`` (no idempotency key) makes a refund of any amount wait for a lead, an identical one pending
+    # answered by its approval.
+    origin: str = "chat"
+    held: bool = False
+
+    @property
+    def owner_conversation_id(self) -> str:
+        """The conversation that owns what this call writes (its feed hears of decisions); "" for MCP's."""
+        return "" if self.origin == "mcp" else self.conversation_id
 
 
 @dataclass(frozen=True)

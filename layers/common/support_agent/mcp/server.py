@@ -1,0 +1,117 @@
+"""The MCP server object: the official SDK's low-level ``Server`` answering from mcp/tools.py.
+
+The low-level server (not ``MCPServer``) because the tools' schemas are the registry's own (the pydantic
+models' JSON Schema, passed through untouched) and each call reads ``params._meta`` itself. Built once per
+process (`server()`), reused by every invocation: it holds no per-request state. Who is calling comes from
+the ASGI scope that mcp/http.py fills after verifying the token (`PRINCIPAL_SCOPE_KEY`), never from the
+JSON-RPC message.
+
+Only McpFunction imports this module (the SDK costs 0.6-0.85 s to import; docs/ARCHITECTURE.md "MCP server").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+
+from support_agent.auth import Principal
+from support_agent.mcp.tools import IDEMPOTENCY_META_KEY, McpServices, call_tool, mcp_services, tool_definitions
+
+SERVER_NAME = "support-agent"
+SERVER_VERSION = "1.0.0"
+# The verified Principal of the request, put into the ASGI scope by mcp/http.py before the SDK sees it.
+PRINCIPAL_SCOPE_KEY = "support_agent.principal"
+UNKNOWN_CLIENT = "unknown"
+_MAX_CLIENT_NAME = 100
+_MAX_IDEMPOTENCY_KEY = 255
+
+INSTRUCTIONS = (
+    "Tools of the support desk, acting for the signed-in customer only: look up orders and invoices, "
+    "request refunds (held for a support lead above the threshold, or when no idempotency key is given "
+    f'in params._meta["{IDEMPOTENCY_META_KEY}"]) and ask for a person.'
+)
+
+
+def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    value = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, Mapping) else None
+    if not isinstance(value, Principal):  # mcp/http.py authenticates every request first: a wiring bug
+        raise RuntimeError("MCP request without a verified principal")
+    return value
+
+
+def _meta(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, Any]:
+    params = ctx.params if isinstance(ctx.params, Mapping) else {}
+    meta = params.get("_meta")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def client_name(ctx: ServerRequestContext[Any, Any]) -> str:
+    """The client's name: the request's ``_meta`` client info (2026-07-28), else the handshake's clientInfo
+    (a stateful session), else "unknown" (stateless handshake mode: tools/call carries none)."""
+    info = _meta(ctx).get(types.CLIENT_INFO_META_KEY)
+    name = info.get("name") if isinstance(info, Mapping) else None
+    if not isinstance(name, str) or not name.strip():
+        client_params = ctx.session.client_params
+        name = client_params.client_info.name if client_params is not None else None
+    if not isinstance(name, str) or not name.strip():
+        return UNKNOWN_CLIENT
+    return name.strip()[:_MAX_CLIENT_NAME]
+
+
+def _text_result(payload: dict[str, Any], is_error: bool) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(payload, ensure_ascii=False, default=str))],
+        structured_content=payload,
+        is_error=is_error,
+    )
+
+
+def build_server(services: Callable[[], McpServices] = mcp_services) -> Server[Any]:
+    """A low-level Server over the registry's tools; ``services`` is called on the first tool request."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        _principal(ctx)
+        definitions = tool_definitions(services().registry)
+        return types.ListToolsResult(tools=[types.Tool.model_validate(d, by_name=False) for d in definitions])
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        principal = _principal(ctx)
+        key = _meta(ctx).get(IDEMPOTENCY_META_KEY)
+        if key is not None and not (isinstance(key, str) and 0 < len(key) <= _MAX_IDEMPOTENCY_KEY):
+            return _text_result(
+                {"error": f"_meta {IDEMPOTENCY_META_KEY} must be a string of 1 to {_MAX_IDEMPOTENCY_KEY} characters"},
+                True,
+            )
+        # Blocking I/O (boto3) on the loop: one request per Lambda invocation, nothing else waits on it.
+        outcome = call_tool(services(), principal, params.name, params.arguments, key, client_name(ctx))
+        return _text_result(outcome.result, outcome.is_error)
+
+    return Server(
+        SERVER_NAME,
+        version=SERVER_VERSION,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+_server: Server[Any] | None = None
+
+
+def server() -> Server[Any]:
+    """The process's server, built on first use (module state survives warm invocations)."""
+    global _server
+    if _server is None:
+        _server = build_server()
+    return _server

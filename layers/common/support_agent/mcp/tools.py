@@ -1,0 +1,225 @@
+"""The MCP tools: the registry's own tools for a customer's own assistant, under the chat's rules.
+
+The server (mcp/server.py) codes against `tool_definitions`, `call_tool` and `mcp_services`. This module
+imports nothing of the ``mcp`` SDK (plain dicts), so it stays light.
+
+* Scoping: the customer id is the verified principal's, never the arguments' (the registry refuses extra
+  properties), so another customer's order answers like a missing one.
+* Keys: a tool with an effect may carry an idempotency key (``params._meta["support-agent/idempotency-key"]``).
+  It becomes the server key ``mcp:<customer_id>:<sha256(key)>``: the call's keys are ("mcp", customer id,
+  sha256) where the chat's are (conversation, seq, tool_use_id), so `direct_refund_key`, the refund request
+  row, the ledger row and the hand-off's per-call record all follow from it, two customers' key "1" never
+  meet, and a repeated call finds what the first recorded. Without a key the call gets a fresh id: a refund of
+  any amount is then held for a lead (`ToolContext.held`; an identical pending request answers with its
+  approval, store/refunds.py `held_sk`), and a hand-off reuses the customer's open MCP ticket.
+* Audit: every call is one row of the stream ``mcp#<customer_id>`` (origin ``mcp``, the client's name), whose
+  head lives in the Conversations item ``mcp#<customer_id>`` / 0; that item carries no ``customer_id`` and no
+  ``updated_at`` (``by_customer`` never lists it). The row is chained on the head read and the head advanced
+  in the same transaction, conditioned on it: concurrent calls of one customer retry, never fork the stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from support_agent.auth import Principal
+from support_agent.clock import utc_now
+from support_agent.ids import ulid
+from support_agent.store.audit import AuditRecord
+from support_agent.store.audit_chain import Head, chain, head_condition, head_set
+from support_agent.store.dynamo import error_code, from_item, to_item, to_values
+from support_agent.store.ledger import direct_refund_key
+from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+
+logger = logging.getLogger(__name__)
+
+IDEMPOTENCY_META_KEY = "support-agent/idempotency-key"
+ORIGIN = "mcp"
+KEY_SCOPE = "mcp"  # the "conversation" part of an MCP call's keys
+MAX_KEY_CHARS = 255
+MAX_CLIENT_CHARS = 128
+AUDIT_RETRIES = 32  # concurrent calls of one customer racing on its stream's head
+
+_READ_ONLY = frozenset({"lookup_order", "list_invoices"})
+# The effects' meaning in MCP's terms: a refund moves money and a hand-off opens a ticket (destructive: not
+# undone by the client), and a repeated call with the same arguments (and key) has no further effect.
+_EFFECT_ANNOTATIONS = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True, "openWorldHint": True}
+
+
+@dataclass(frozen=True)
+class McpServices:
+    registry: ToolRegistry
+    ddb: Any
+    conversations_table: str  # the holder items ``mcp#<customer_id>`` / 0 (audit head, open MCP hand-off)
+    audit_table: str
+    now: Callable[[], str] = utc_now
+
+
+def stream_of(customer_id: int) -> str:
+    """The customer's MCP audit stream, and the key of the Conversations item holding its head."""
+    return f"mcp#{customer_id}"
+
+
+def server_key(customer_id: int, idempotency_key: str) -> str:
+    """``mcp:<customer_id>:<sha256(key)>``: the key our ledger and the payment provider see."""
+    return direct_refund_key(KEY_SCOPE, customer_id, _digest(idempotency_key))
+
+
+def _digest(idempotency_key: str) -> str:
+    return hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
+
+
+def tool_definitions(registry: ToolRegistry) -> list[dict[str, Any]]:
+    """``[{"name", "description", "inputSchema", "annotations"}]`` from the registry's own specs (the same
+    pydantic models as the chat's tools), in the registry's order."""
+    out = []
+    for spec in registry.specs:
+        name = spec["name"]
+        annotations = {"readOnlyHint": True} if name in _READ_ONLY else dict(_EFFECT_ANNOTATIONS)
+        out.append(
+            {
+                "name": name,
+                "description": spec["description"],
+                "inputSchema": spec["input_schema"],
+                "annotations": annotations,
+            }
+        )
+    return out
+
+
+def call_tool(
+    services: McpServices,
+    principal: Principal,
+    name: str,
+    arguments: dict[str, Any] | None,
+    idempotency_key: str | None,
+    client_name: str,
+) -> ToolOutcome:
+    """Run one tool for the verified customer and audit it; business failures come back as ``is_error``."""
+    if principal.role != "customer" or principal.customer_id is None:
+        return ToolOutcome({"error": "only a signed-in customer may call tools"}, True, "error")
+    customer_id = principal.customer_id
+    client = (client_name or "unknown")[:MAX_CLIENT_CHARS]
+    key = idempotency_key if idempotency_key else None
+    effect = name not in _READ_ONLY
+    if key is not None and len(key) > MAX_KEY_CHARS:
+        outcome = ToolOutcome(
+            {"error": f"the idempotency key is longer than {MAX_KEY_CHARS} characters"}, True, "invalid_input"
+        )
+        _audit(services, principal, name, arguments, outcome, None, client)
+        return outcome
+    call_id = _digest(key) if key is not None and effect else ulid().lower()
+    ctx = ToolContext(
+        principal=principal,
+        customer_id=customer_id,
+        conversation_id=KEY_SCOPE,
+        seq=customer_id,
+        tool_use_id=call_id,
+        request_id=f"mcp_{ulid()}",
+        now=services.now(),
+        origin=ORIGIN,
+        held=effect and key is None and name == "request_refund",
+    )
+    outcome = services.registry.execute(name, arguments if arguments is not None else {}, ctx)
+    _audit(services, principal, name, arguments, outcome, ctx, client)
+    return outcome
+
+
+def _audit(
+    services: McpServices,
+    principal: Principal,
+    name: str,
+    arguments: Any,
+    outcome: ToolOutcome,
+    ctx: ToolContext | None,
+    client: str,
+) -> None:
+    """The call's row on ``mcp#<customer_id>``; it names the streams its effect wrote (as the chat's rows do), so
+    the trail follows them."""
+    assert principal.customer_id is not None
+    result = outcome.result if isinstance(outcome.result, dict) else {}
+    approval_id = result.get("approval_id") if isinstance(result.get("approval_id"), str) else None
+    handoff_id = result.get("handoff_id") if isinstance(result.get("handoff_id"), str) else None
+    refund_key = approval_id
+    if ctx is not None and name == "request_refund" and approval_id is None and "order_id" in result:
+        refund_key = direct_refund_key(ctx.conversation_id, ctx.seq, ctx.tool_use_id)
+    record = AuditRecord(
+        stream=stream_of(principal.customer_id),
+        action="tool_call",
+        actor=principal.sub,
+        outcome=outcome.outcome,
+        customer_id=principal.customer_id,
+        created_at=ctx.now if ctx is not None else services.now(),
+        tool=name[:64],
+        input=arguments,
+        output=outcome.result,
+        request_id=ctx.request_id if ctx is not None else None,
+        tool_use_id=ctx.tool_use_id if ctx is not None else None,
+        approval_id=approval_id,
+        handoff_id=handoff_id,
+        refund_key=refund_key,
+        origin=ORIGIN,
+        client=client,
+    )
+    append_audit(services, principal.customer_id, record)
+
+
+def append_audit(services: McpServices, customer_id: int, record: AuditRecord) -> None:
+    """``record`` chained onto the stream's head, the head advanced in the same transaction conditioned on the
+    head read; re-read and chained again while another call of the customer moves it."""
+    key = to_item({"conversation_id": stream_of(customer_id), "seq": 0})
+    for _ in range(AUDIT_RETRIES):
+        out = services.ddb.get_item(
+            TableName=services.conversations_table,
+            Key=key,
+            ConsistentRead=True,
+            ProjectionExpression="audit_n, audit_hash, audit_event",
+        )
+        read = Head.of(from_item(out["Item"]) if out.get("Item") else None)
+        (row,), head = chain(read, [record])
+        (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
+        try:
+            services.ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": services.conversations_table,
+                            "Key": key,
+                            "UpdateExpression": f"SET {head_sets}",
+                            "ConditionExpression": head_if,
+                            "ExpressionAttributeValues": to_values({**head_values, **head_new}),
+                        }
+                    },
+                    row.put(services.audit_table),
+                ]
+            )
+            return
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+    raise RuntimeError(f"the MCP audit stream of customer {customer_id} kept moving")
+
+
+def build_mcp_services(settings: Any, ddb: Any, sqs: Any, payments: Any = None) -> McpServices:
+    """The chat's registry (the same tools, stores and settler) and the audit stream's tables."""
+    from support_agent.wiring import build_registry
+
+    return McpServices(
+        build_registry(settings, ddb, sqs, payments),
+        ddb,
+        settings.conversations_table,
+        settings.audit_table,
+    )
+
+
+def mcp_services() -> McpServices:
+    """Built once per process from the settings (wiring.py)."""
+    from support_agent import wiring
+
+    return wiring.mcp_services()
