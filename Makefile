@@ -43,9 +43,12 @@ APPROVAL ?=
 audit-verify: $(STAMP)
 	$(PY) -m devstack.audit_verify $(if $(CONVERSATION),--conversation $(CONVERSATION)) $(if $(APPROVAL),--approval $(APPROVAL))
 
-## make test: lint, types and the whole offline suite (unit + integration on template.yaml in moto)
+## make test: lint, types and the whole offline suite (unit + integration on template.yaml in moto), on
+## TEST_WORKERS pytest-xdist workers (default 2; 0 runs it in one process), each module whole on one worker
+## and tests/e2e together (--dist loadfile, see tests/conftest.py)
+TEST_WORKERS ?= 2
 test: lint $(SAM_STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

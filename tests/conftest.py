@@ -3,11 +3,62 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from moto import mock_aws
 
 from support_agent import wiring
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, run in the controller
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test`'s `-n 2 --dist loadfile`: each module runs whole on one worker (module-scoped fixtures such as
+    the deployed stack are set up once, a module's tests run in file order), and all of tests/e2e is one unit,
+    so that one local stack serves every e2e module on one worker, started once as in a serial run
+    (tests/e2e/conftest.py stops it whenever the run leaves tests/e2e; a start costs ~15 s).
+
+    Not `--dist loadgroup` with xdist_group marks: with pytest 9.2 and pytest-xdist 3.8 loadgroup silently
+    stops grouping (pytest-dev/pytest-xdist#1386).
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class E2eAsOneFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/e2e" if nodeid.startswith("tests/e2e/") else super()._split_scope(nodeid)
+
+    return E2eAsOneFile(config, log)
+
+
+# The reliability figures (tests/reliability/figures.py) under pytest-xdist: each worker hands its counts over at
+# the end of its session, and the controller prints their sum, as tests/reliability/conftest.py does in a serial run.
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        from tests.reliability.figures import FIGURES
+
+        workeroutput["reliability_figures"] = {prop: dict(values) for prop, values in FIGURES.items()}
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, run in the controller
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    from tests.reliability.figures import count
+
+    for prop, values in getattr(node, "workeroutput", {}).get("reliability_figures", {}).items():
+        count(prop, **values)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.pluginmanager.has_plugin("dsession"):  # the xdist controller (the workers' summaries are not shown)
+        from tests.reliability.figures import lines
+
+        found = lines()
+        if found:
+            terminalreporter.section("reliability figures")
+            for line in found:
+                terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -85,13 +87,16 @@ class _SharedLocalStack:
 
     def get(self) -> Any:
         if self.local is None:
-            from devstack.local import start
+            from devstack import local
 
             self.saved_env = dict(os.environ)
             began = time.monotonic()
             try:
                 environ = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-                self.local = start(port=0, moto_port=0, environ=environ, schedule_seconds=3600)
+                # Its env file (unread here) goes to a directory of its own: .devstack/env.json is the e2e stack's,
+                # which `make reconcile` reads in tests/e2e/test_reconcile_local.py, maybe on another xdist worker.
+                with tempfile.TemporaryDirectory() as state, mock.patch.object(local, "STATE_DIR", Path(state)):
+                    self.local = local.start(port=0, moto_port=0, environ=environ, schedule_seconds=3600)
             except BaseException:
                 self.restore()
                 raise

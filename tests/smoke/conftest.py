@@ -10,8 +10,8 @@ again only when ``layers/common/requirements.txt`` changes, and otherwise only c
 architecture builds in its own working directory (SAM keeps dependencies under the working
 directory's ``.aws-sam/deps`` and deletes those its build graph does not know). Both build at once,
 started as soon as collection shows the run includes this test, so they overlap the tests before
-it. A file lock keeps each tree to one test run; a second run on the same checkout builds into a
-private tree instead of waiting.
+it (under pytest-xdist, only once the worker running it needs them). A file lock keeps each tree
+to one test run; a second run on the same checkout builds into a private tree instead of waiting.
 """
 
 from __future__ import annotations
@@ -253,6 +253,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests collected before it; without the tools, leave it to the `tools` fixture to skip or fail."""
     here = Path(__file__).parent
     if config.option.collectonly or not any(here in Path(str(item.path)).parents for item in items):
+        return
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker: every worker collects every test, but only the one given this module runs
+        # it, and which one is not known yet. That one builds when the `builds` fixture asks (no overlap),
+        # rather than each worker building, all but one of them into a private, cold tree for nothing.
         return
     runtime = template_runtime()
     sam, python = find_tool("sam"), find_python(runtime)

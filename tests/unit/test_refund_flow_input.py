@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 
 from support_agent.approvals.flow import MAX_EXECUTION_NAME, execution_name, flow_input
-from support_agent.ids import ULID_RE, new_approval_id, ulid
+from support_agent.ids import ULID_RE, new_approval_id
 
 APPROVAL = "apr_01JF3R0000000000000000000Z"
+# A valid ULID for the refused shapes below: fixed, since parametrize ids must be the same in every
+# pytest-xdist worker (a ulid() per process would make each worker collect different tests).
+ULID = "01M8YHDSNN3N6JT2BFH3CBPWY7"
 
 
 def test_execution_names() -> None:
@@ -23,20 +26,25 @@ def test_execution_names() -> None:
     assert len(execution_name(APPROVAL, 10**9)) <= MAX_EXECUTION_NAME
 
 
+def test_the_refused_shapes_start_from_a_valid_id() -> None:
+    assert execution_name(f"apr_{ULID}") == f"apr_{ULID}"
+    assert flow_input(f"apr_{ULID}")["approvalId"] == f"apr_{ULID}"
+
+
 @pytest.mark.parametrize(
     "bad",
     [
         "",
         "apr_",
         "apr_short",
-        f"conv_{ulid()}",
-        f"apr_{ulid().lower()}",
-        f"apr_{ulid()}\n",  # `$` alone would accept a trailing newline
-        f" apr_{ulid()}",
-        f"apr_{ulid()}:x",
-        f"apr_{ulid()}#1",
-        f"apr_{ulid()}-r1",  # an execution name is not an approval id
-        f"apr_{ulid()}{'X' * 60}",
+        f"conv_{ULID}",
+        f"apr_{ULID.lower()}",
+        f"apr_{ULID}\n",  # `$` alone would accept a trailing newline
+        f" apr_{ULID}",
+        f"apr_{ULID}:x",
+        f"apr_{ULID}#1",
+        f"apr_{ULID}-r1",  # an execution name is not an approval id
+        f"apr_{ULID}{'X' * 60}",
         "apr_01JF3R000000000000000000IL",  # I and L are not in the ULID alphabet
     ],
 )
