@@ -170,9 +170,11 @@ def _unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Headless Debian chromium (never a Playwright-downloaded browser)."""
+    """Headless Debian chromium (never a Playwright-downloaded browser). Module-scoped: Playwright's sync API
+    keeps an event loop running in the main thread while it is open, and a later module's ``anyio.run`` (the
+    MCP function's handler, run in-process by the tests) would refuse to start under it."""
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         _unavailable(f"no chromium at {CHROMIUM} (apt-get install chromium)")
     try:

@@ -384,6 +384,27 @@ def test_one_key_twice_is_one_refund(api: Api, mode: str) -> None:
     assert len(mine) == 1, rows  # one ledger row for the key, whatever the number of calls
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_escalate_to_human_reuses_the_open_hand_off_and_a_key_is_once(api: Api, mode: str) -> None:
+    sam = api.token("customer-8", customer_id=8)
+
+    async def go(client: Client) -> list[types.CallToolResult]:
+        args = {"reason": "I want a person"}
+        keyed = {IDEMPOTENCY_META_KEY: f"person-{mode}"}
+        return [
+            await client.call_tool("escalate_to_human", args),
+            await client.call_tool("escalate_to_human", args),
+            await client.call_tool("escalate_to_human", args, meta=keyed),
+            await client.call_tool("escalate_to_human", args, meta=keyed),
+        ]
+
+    bare, again, keyed, keyed_again = (structured(r) for r in with_client(api, mode, go, token=sam))
+    assert bare["handoff_id"].startswith("hof_") and again["handoff_id"] == bare["handoff_id"], (bare, again)
+    assert keyed_again == keyed
+    handoffs = api.call("GET", "/api/handoffs?status=OPEN", token=api.lead())[1]["handoffs"]
+    assert len([h for h in handoffs if h["handoffId"] == bare["handoff_id"]]) == 1
+
+
 def test_only_mcp_function_imports_the_sdk(api: Api) -> None:
     """The SDK's import cost (docs/ARCHITECTURE.md "MCP server") stays in McpFunction: every other handler,
     imported in a fresh interpreter with its deployed environment, loads no module of the ``mcp`` SDK."""

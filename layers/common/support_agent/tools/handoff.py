@@ -15,11 +15,13 @@ class EscalateInput(BaseModel):
     reason: str = Field(..., min_length=1, max_length=500, description="Why the customer needs a person.")
 
 
-def _view(handoff_id: str, created: bool) -> dict[str, Any]:
+def _view(handoff_id: str, created: bool, origin: str = "chat") -> dict[str, Any]:
+    # An MCP call has no conversation of ours to follow up in: the ticket names the customer.
+    where = "with the customer" if origin == "mcp" else "with the customer in this conversation"
     return {
         "status": "HANDOFF_OPENED" if created else "HANDOFF_ALREADY_OPEN",
         "handoff_id": handoff_id,
-        "message": "A support teammate will follow up with the customer in this conversation.",
+        "message": f"A support teammate will follow up {where}.",
     }
 
 
@@ -27,7 +29,7 @@ def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
     def recorded(ctx: ToolContext) -> dict[str, Any] | None:
         # The per-call record, not the open ticket: a lead may have closed it since.
         handoff_id = store.opened_by(ctx.conversation_id, ctx.seq, ctx.tool_use_id)
-        return None if handoff_id is None else _view(handoff_id, True)
+        return None if handoff_id is None else _view(handoff_id, True, ctx.origin)
 
     def escalate(args: EscalateInput, ctx: ToolContext) -> dict[str, Any]:
         prior = recorded(ctx)
@@ -44,7 +46,7 @@ def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
             ctx.now,
             holder=f"mcp#{ctx.customer_id}" if ctx.origin == "mcp" else None,  # no conversation: the customer's
         )
-        return _view(ticket["approval_id"], created)
+        return _view(ticket["approval_id"], created, ctx.origin)
 
     return [
         Tool(
