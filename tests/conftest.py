@@ -10,6 +10,8 @@ from moto import mock_aws
 
 from support_agent import wiring
 
+E2E_UNIT = "tests/e2e"
+
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, run in the controller
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -17,6 +19,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     the deployed stack are set up once, a module's tests run in file order), and all of tests/e2e is one unit,
     so that one local stack serves every e2e module on one worker, started once as in a serial run
     (tests/e2e/conftest.py stops it whenever the run leaves tests/e2e; a start costs ~15 s).
+
+    That unit also goes first, to a fresh worker, as tests/e2e comes first in a serial run: once a test has used
+    moto's DynamoDB in a process, moto.dynamodb.urls holds the unpatched handler, and the stack's moto server no
+    longer serialises DynamoDB requests (devstack.local._one_request_at_a_time); two concurrent conditional writes
+    could then both pass (test_payments_local's ten concurrent approvals failed so). The longest unit starting
+    first also evens the workers' ends.
 
     Not `--dist loadgroup` with xdist_group marks: with pytest 9.2 and pytest-xdist 3.8 loadgroup silently
     stops grouping (pytest-dev/pytest-xdist#1386).
@@ -27,7 +35,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class E2eAsOneFile(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "tests/e2e" if nodeid.startswith("tests/e2e/") else super()._split_scope(nodeid)
+            return E2E_UNIT if nodeid.startswith(f"{E2E_UNIT}/") else super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if E2E_UNIT in self.workqueue:  # the first unit handed out (to the first worker)
+                self.workqueue.move_to_end(E2E_UNIT, last=False)
+            super()._assign_work_unit(node)
 
     return E2eAsOneFile(config, log)
 

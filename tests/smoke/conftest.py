@@ -222,8 +222,10 @@ class _Running:
 _RUNNING: dict[str, _Running] = {}
 
 
-def start_builds(tools: Tools) -> None:
-    """Start `sam build` for every architecture not started yet; each tree stays locked until the session ends."""
+def start_builds(tools: Tools, early: bool = True) -> None:
+    """Start `sam build` for every architecture not started yet; each tree stays locked until the session ends.
+
+    ``early``: started before the test needs them (at collection), so niced; otherwise the test waits for them."""
     env = build_env(tools)
     for arch in ARCHITECTURES:
         if arch in _RUNNING:
@@ -235,7 +237,7 @@ def start_builds(tools: Tools) -> None:
         root.mkdir(parents=True, exist_ok=True)
         log = (root / "build.log").open("wb")
         # Started early, the builds run beside other tests: niced, they yield the CPU to them.
-        nice = [nice_bin, "-n", "10"] if (nice_bin := shutil.which("nice")) else []
+        nice = [nice_bin, "-n", "10"] if early and (nice_bin := shutil.which("nice")) else []
         proc = subprocess.Popen(
             [*nice, *sam_build_command(tools, arch)],
             cwd=root,
@@ -287,7 +289,7 @@ def pytest_sessionfinish() -> None:
 @pytest.fixture(scope="session")
 def builds(tools: Tools) -> dict[str, Build]:
     """`sam build` for every architecture (started at collection, or now), waited for."""
-    start_builds(tools)
+    start_builds(tools, early=False)  # those not started at collection (under pytest-xdist: all of them)
     results: dict[str, Build] = {}
     for arch in ARCHITECTURES:
         running = _RUNNING[arch]
