@@ -93,7 +93,18 @@ def aws() -> Iterator[None]:
 
 
 @pytest.fixture
-def harness(aws: None):  # type: ignore[no-untyped-def]
+def tool_mode() -> str:
+    """How the harness's loop reaches our tools; modules setting ``BOTH_TOOL_MODES = True`` run in both."""
+    return "registry"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if getattr(metafunc.module, "BOTH_TOOL_MODES", False) and "harness" in metafunc.fixturenames:
+        metafunc.parametrize("tool_mode", ["registry", "mcp"])
+
+
+@pytest.fixture
+def harness(aws: None, tool_mode: str):  # type: ignore[no-untyped-def]
     from tests.support.harness import make_harness
 
-    return make_harness()
+    return make_harness(TOOL_MODE=tool_mode)

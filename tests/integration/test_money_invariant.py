@@ -38,7 +38,7 @@ from support_agent.store.approvals import StateConflict
 from support_agent.store.dynamo import from_item, to_item
 from support_agent.store.ledger import UNSETTLED, LedgerRow
 from support_agent.tools.registry import ToolContext
-from support_agent.wiring import build_lead_services, build_registry, build_settler
+from support_agent.wiring import build_lead_services, build_registry, build_settler, build_tool_source
 from tests.integration.conftest import deployed_stack
 from tests.reliability.figures import count
 from tests.support.stripe import BASE, POST, InProcessStripe, duplicates, ledger_problems, provider_for
@@ -70,12 +70,13 @@ def stripe_stack() -> Iterator[tuple[Stack, InProcessStripe]]:
     wiring.reset()
 
 
-def make_machine(stack: Stack, transport: InProcessStripe) -> type[RuleBasedStateMachine]:
+def make_machine(stack: Stack, transport: InProcessStripe, tool_mode: str = "registry") -> type[RuleBasedStateMachine]:
     env = {**stack.function_env("ChatFunction"), **stack.function_env("ApprovalsFunction")}
-    cfg = load_settings({**env, "APPROVAL_WAIT_SECONDS": "8", "STRIPE_API_KEY": TEST_KEY})
+    cfg = load_settings({**env, "APPROVAL_WAIT_SECONDS": "8", "STRIPE_API_KEY": TEST_KEY, "TOOL_MODE": tool_mode})
     ddb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
     payments = provider_for(transport)
-    registry = build_registry(cfg, ddb, sqs, payments)
+    # The loop's tool source: the registry, or (TOOL_MODE=mcp) the same tools over MCP in process.
+    registry = build_tool_source(cfg, build_registry(cfg, ddb, sqs, payments), ddb)
     settler = build_settler(cfg, ddb, payments)
     lead = build_lead_services(cfg, ddb)
     table = cfg.customer_data_table
@@ -108,6 +109,7 @@ def make_machine(stack: Stack, transport: InProcessStripe) -> type[RuleBasedStat
             self.approvals: list[str] = []
             self.approved_by_lead: set[str] = set()
             self.calls = itertools.count(1)
+            self.sent: list[tuple[ToolContext, dict[str, Any]]] = []
 
         def order(self) -> dict[str, int]:
             item = ddb.get_item(
@@ -129,11 +131,23 @@ def make_machine(stack: Stack, transport: InProcessStripe) -> type[RuleBasedStat
                 "req",
                 _now(),  # the real clock: approve refuses approvals older than their TTL
             )
-            out = registry.execute(
-                "request_refund", {"order_id": self.order_id, "amount_cents": amount, "reason": "property"}, ctx
-            )
+            args = {"order_id": self.order_id, "amount_cents": amount, "reason": "property"}
+            out = registry.execute("request_refund", args, ctx)
+            self.sent.append((ctx, args))
             if not out.is_error and out.result["status"] == "PENDING_APPROVAL":
                 self.approvals.append(out.result["approval_id"])
+
+        @rule(data=st.data())
+        def request_again(self, data: st.DataObject) -> None:
+            """A call made again with its key (a retried turn): the same effect, never a second one."""
+            if not self.sent:
+                return
+            ctx, args = data.draw(st.sampled_from(self.sent))
+            before = len(self.rows())
+            out = registry.execute("request_refund", args, ctx)
+            if not out.is_error and out.result["status"] == "PENDING_APPROVAL":
+                assert out.result["approval_id"] in self.approvals, "a repeated call made a second approval"
+            assert len(self.rows()) == before, "a repeated call wrote another refund row"
 
         def _pick(self, data: st.DataObject) -> str | None:
             return data.draw(st.sampled_from(self.approvals)) if self.approvals else None
@@ -258,8 +272,8 @@ def make_machine(stack: Stack, transport: InProcessStripe) -> type[RuleBasedStat
     return Money
 
 
-def _run(stack: tuple[Stack, InProcessStripe], examples: int, steps: int) -> None:
-    machine = make_machine(*stack)
+def _run(stack: tuple[Stack, InProcessStripe], examples: int, steps: int, tool_mode: str = "registry") -> None:
+    machine = make_machine(*stack, tool_mode)
     machine.TestCase.settings = settings(
         max_examples=examples, stateful_step_count=steps, deadline=None, suppress_health_check=list(HealthCheck)
     )
@@ -273,8 +287,9 @@ def _run(stack: tuple[Stack, InProcessStripe], examples: int, steps: int) -> Non
     )
 
 
-def test_money_invariant_over_any_sequence(stripe_stack: tuple[Stack, InProcessStripe]) -> None:
-    _run(stripe_stack, examples=20, steps=10)
+@pytest.mark.parametrize("tool_mode", ["registry", "mcp"])
+def test_money_invariant_over_any_sequence(stripe_stack: tuple[Stack, InProcessStripe], tool_mode: str) -> None:
+    _run(stripe_stack, examples=20, steps=10, tool_mode=tool_mode)
 
 
 @pytest.mark.slow

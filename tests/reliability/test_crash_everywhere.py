@@ -31,6 +31,9 @@ from tests.reliability.figures import count
 from tests.support.harness import Crash, Harness
 from tests.support.scripted import FakeModel, Request
 
+# TOOL_MODE=mcp too: the same turns, history, audit rows and money effects over the MCP protocol (tests/conftest.py).
+BOTH_TOOL_MODES = True
+
 WRITES = {"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem", "SendMessage"}
 CHECKPOINTS = ("after_model_call", "after_write_ahead", "after_tool:0", "after_results_write")
 

@@ -16,7 +16,7 @@ from support_agent.messages import Deadline
 from support_agent.store.audit import AuditStore
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.customer_data import CustomerDataStore
-from support_agent.wiring import build_registry
+from support_agent.wiring import build_registry, build_tool_source
 from tests.support.aws import create_tables
 from tests.support.scripted import ScriptedModel
 
@@ -105,7 +105,7 @@ def make_harness(**env: str) -> Harness:
         settings,
         model,
         conversations,
-        build_registry(settings, ddb, sqs),
+        build_tool_source(settings, build_registry(settings, ddb, sqs), ddb),
         clock=clock,
         checkpoint=checkpoint,
     )

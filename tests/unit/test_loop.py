@@ -14,6 +14,9 @@ from support_agent.messages import Usage
 from tests.support.harness import Harness
 from tests.support.scripted import answer, reply, text, tool_use, tools
 
+# TOOL_MODE=mcp too: the same turns, history, audit rows and money effects over the MCP protocol (tests/conftest.py).
+BOTH_TOOL_MODES = True
+
 
 def stored(h: Harness, cid: str) -> list[dict[str, Any]]:
     return [m.as_message() for m in h.conversations.load(cid)]

@@ -81,6 +81,11 @@ class Settings(BaseModel):
     # The public base URL of the API (https://api.example.com) for the MCP resource metadata; empty: from the
     # request's Host and X-Forwarded-Proto headers.
     mcp_public_base_url: str = Field("", alias="MCP_PUBLIC_BASE_URL")
+    # How the loop reaches our own tools: directly, or over MCP to the server object McpFunction serves (in
+    # process); outside servers' read-only tools (mcp/allowlist.py), listed again every MCP_REFRESH_SECONDS.
+    tool_mode: Literal["registry", "mcp"] = Field("registry", alias="TOOL_MODE")
+    mcp_servers: str = Field("", alias="MCP_SERVERS")
+    mcp_refresh_seconds: float = Field(300.0, alias="MCP_REFRESH_SECONDS", ge=1, le=3600)
 
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
@@ -145,6 +150,14 @@ class Settings(BaseModel):
             price_table(value)
         except ValueError as exc:  # JSON and pydantic errors alike: fail at cold start, not mid-turn
             raise ValueError(f"PRICE_TABLE is not a price table: {exc}") from None
+        return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers_parse(cls, value: str) -> str:
+        from support_agent.mcp.allowlist import parse_servers
+
+        parse_servers(value)  # fail at cold start, not mid-turn
         return value
 
     @field_validator("jwt_secret")

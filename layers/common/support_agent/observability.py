@@ -84,6 +84,8 @@ OLDEST_UNSETTLED_REFUND_AGE = "OldestUnsettledRefundAge"
 AUDIT_ROWS_TAMPERED = "AuditRowsTampered"
 # Stream heads the seal function could not put in the Object Lock bucket (each is replayed from the stream).
 AUDIT_SEAL_FAILURES = "AuditSealFailures"
+# Outside MCP tools not offered to the model (off the allowlist, not read-only, changed since pinned).
+MCP_TOOL_REJECTED = "McpToolRejected"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -113,6 +115,7 @@ METRICS: dict[str, str] = {
     OLDEST_UNSETTLED_REFUND_AGE: MetricUnit.Seconds.value,
     AUDIT_ROWS_TAMPERED: MetricUnit.Count.value,
     AUDIT_SEAL_FAILURES: MetricUnit.Count.value,
+    MCP_TOOL_REJECTED: MetricUnit.Count.value,
 }
 
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from support_agent.store.handoffs import HandoffStore
     from support_agent.store.ratelimit import RateLimiter
     from support_agent.store.turns import TurnStore
-    from support_agent.tools.registry import ToolRegistry
+    from support_agent.tools.registry import ToolRegistry, ToolSource
 
 Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager", "s3"]
 
@@ -153,6 +153,34 @@ def build_registry(settings: Settings, ddb: Any, sqs: Any, payments: PaymentProv
     )
 
 
+def build_tool_source(settings: Settings, registry: ToolRegistry, ddb: Any, secrets_client: Any = None) -> ToolSource:
+    """What the loop calls tools through: the registry, or (TOOL_MODE=mcp) the same tools over MCP in process,
+    followed by the outside servers' reviewed tools (MCP_SERVERS). The SDK is imported only for those two."""
+    source: ToolSource = registry
+    if settings.tool_mode == "mcp":
+        from support_agent.mcp.inprocess import InProcessMcpTools
+        from support_agent.mcp.tools import McpServices
+
+        source = InProcessMcpTools(
+            registry, McpServices(registry, ddb, settings.conversations_table, settings.audit_table)
+        )
+    if settings.mcp_servers:
+        from support_agent.llm.keys import key_provider
+        from support_agent.mcp.allowlist import parse_servers
+        from support_agent.mcp.outside import OutsideServer, OutsideTools, WithOutsideTools
+
+        secrets = secrets_client if secrets_client is not None else (lambda: client("secretsmanager"))
+        servers = [
+            OutsideServer(
+                entry,
+                key_provider("", entry.credential_secret or "", secrets, settings.api_key_cache_seconds),
+            )
+            for entry in parse_servers(settings.mcp_servers)
+        ]
+        source = WithOutsideTools(source, OutsideTools(servers, settings.mcp_refresh_seconds))
+    return source
+
+
 def build_chat_services(
     settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None, payments: PaymentProvider | None = None
 ) -> ChatServices:
@@ -168,7 +196,8 @@ def build_chat_services(
     sqs = _lazy("sqs") if sqs is None else sqs
     payments = payments if payments is not None else lazy_provider(settings)
     conversations = ConversationStore(ddb, settings.conversations_table, settings.audit_table)
-    agent = Agent(settings, llm, conversations, build_registry(settings, ddb, sqs, payments))
+    tools = build_tool_source(settings, build_registry(settings, ddb, sqs, payments), ddb)
+    agent = Agent(settings, llm, conversations, tools)
     return ChatServices(
         settings,
         agent,

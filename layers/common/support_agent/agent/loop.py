@@ -29,7 +29,7 @@ from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import chain
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage
 from support_agent.store.ledger import direct_refund_key
-from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+from support_agent.tools.registry import ToolContext, ToolOutcome, ToolSource
 
 if TYPE_CHECKING:
     from support_agent.agent.handover import HandOver
@@ -97,7 +97,7 @@ class Agent:
         settings: Settings,
         llm: LlmClient,
         conversations: ConversationStore,
-        tools: ToolRegistry,
+        tools: ToolSource,
         *,
         clock: Callable[[], float] = time.time,
         now: Callable[[], str] = utc_now,

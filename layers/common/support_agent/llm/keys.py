@@ -23,6 +23,7 @@ _SECRET_KEYS = (
     "stripe_api_key",
     "api_key",
     "apiKey",
+    "token",  # an outside MCP server's service credential (mcp/outside.py)
 )
 
 

@@ -6,13 +6,22 @@ process (`server()`), reused by every invocation: it holds no per-request state.
 the ASGI scope that mcp/http.py fills after verifying the token (`PRINCIPAL_SCOPE_KEY`), never from the
 JSON-RPC message.
 
-Only McpFunction imports this module (the SDK costs 0.6-0.85 s to import; docs/ARCHITECTURE.md "MCP server").
+The chat's ``TOOL_MODE=mcp`` (mcp/inprocess.py) talks to a server built here over the chat's own registry,
+through the SDK's in-process client: the call's `ToolContext` (principal, conversation, seq, tool_use_id,
+deadline) rides in `IN_PROCESS` (a context variable only that client sets; nothing on the wire can), the
+registry runs under the chat's keys, the loop audits the call once (origin chat), no MCP rate limit applies, and
+an exception a tool raises reaches the loop as itself, as it would in registry mode.
+
+Only McpFunction imports this module, and the chat function when TOOL_MODE=mcp (the SDK costs 0.6-0.85 s to
+import; docs/ARCHITECTURE.md "MCP server").
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import mcp.types as types
@@ -21,6 +30,7 @@ from mcp.server.lowlevel import Server
 
 from support_agent.auth import Principal
 from support_agent.mcp.tools import IDEMPOTENCY_META_KEY, McpServices, call_tool, mcp_services, tool_definitions
+from support_agent.tools.registry import ToolContext
 
 SERVER_NAME = "support-agent"
 SERVER_VERSION = "1.0.0"
@@ -29,6 +39,19 @@ PRINCIPAL_SCOPE_KEY = "support_agent.principal"
 UNKNOWN_CLIENT = "unknown"
 _MAX_CLIENT_NAME = 100
 _MAX_IDEMPOTENCY_KEY = 255
+# The registry's outcome (ok | error | invalid_input | unknown_tool) in a result's _meta, for the audit row.
+OUTCOME_META_KEY = "support-agent/outcome"
+
+
+@dataclass
+class InProcessCall:
+    """One in-process request (mcp/inprocess.py): a call's context in (None: listing), a tool's exception out."""
+
+    ctx: ToolContext | None
+    error: BaseException | None = None
+
+
+IN_PROCESS: ContextVar[InProcessCall | None] = ContextVar("support_agent_mcp_in_process", default=None)
 
 INSTRUCTIONS = (
     "Tools of the support desk, acting for the signed-in customer only: look up orders and invoices, "
@@ -65,11 +88,12 @@ def client_name(ctx: ServerRequestContext[Any, Any]) -> str:
     return name.strip()[:_MAX_CLIENT_NAME]
 
 
-def _text_result(payload: dict[str, Any], is_error: bool) -> types.CallToolResult:
+def _text_result(payload: dict[str, Any], is_error: bool, outcome: str | None = None) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(payload, ensure_ascii=False, default=str))],
         structured_content=payload,
         is_error=is_error,
+        _meta={OUTCOME_META_KEY: outcome} if outcome else None,
     )
 
 
@@ -79,13 +103,17 @@ def build_server(services: Callable[[], McpServices] = mcp_services) -> Server[A
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        _principal(ctx)
+        if IN_PROCESS.get() is None:
+            _principal(ctx)
         definitions = tool_definitions(services().registry)
         return types.ListToolsResult(tools=[types.Tool.model_validate(d, by_name=False) for d in definitions])
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        call = IN_PROCESS.get()
+        if call is not None:
+            return _in_process(services().registry, params, call)
         principal = _principal(ctx)
         key = _meta(ctx).get(IDEMPOTENCY_META_KEY)
         if key is not None and not (isinstance(key, str) and 0 < len(key) <= _MAX_IDEMPOTENCY_KEY):
@@ -95,7 +123,7 @@ def build_server(services: Callable[[], McpServices] = mcp_services) -> Server[A
             )
         # Blocking I/O (boto3) on the loop: one request per Lambda invocation, nothing else waits on it.
         outcome = call_tool(services(), principal, params.name, params.arguments, key, client_name(ctx))
-        return _text_result(outcome.result, outcome.is_error)
+        return _text_result(outcome.result, outcome.is_error, outcome.outcome)
 
     return Server(
         SERVER_NAME,
@@ -104,6 +132,19 @@ def build_server(services: Callable[[], McpServices] = mcp_services) -> Server[A
         on_list_tools=list_tools,
         on_call_tool=on_call_tool,
     )
+
+
+def _in_process(registry: Any, params: types.CallToolRequestParams, call: InProcessCall) -> types.CallToolResult:
+    """The chat's call: the registry under the chat's keys, unaudited here (the loop audits it)."""
+    if call.ctx is None:
+        raise RuntimeError("an in-process tool call without its context")
+    try:
+        outcome = registry.execute(params.name, params.arguments if params.arguments is not None else {}, call.ctx)
+    except BaseException as exc:  # handed back to the loop as itself (mcp/inprocess.py re-raises it); sync code:
+        # no cancellation can arrive in here, so nothing of anyio's is swallowed
+        call.error = exc
+        return _text_result({"error": "the tool failed"}, True, "error")
+    return _text_result(outcome.result, outcome.is_error, outcome.outcome)
 
 
 _server: Server[Any] | None = None

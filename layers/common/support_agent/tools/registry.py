@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -78,6 +78,18 @@ def _validation_message(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err.get("loc", ())) or "input"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
+
+
+class ToolSource(Protocol):
+    """What the loop calls tools through: the registry itself, or the same tools over MCP in process plus
+    outside servers' (mcp/client.py). The loop cannot tell which one it holds."""
+
+    @property
+    def specs(self) -> list[dict[str, Any]]: ...
+
+    def execute(self, name: str, raw: Any, ctx: ToolContext) -> ToolOutcome: ...
+
+    def recorded(self, name: str, ctx: ToolContext) -> ToolOutcome | None: ...
 
 
 class ToolRegistry:
