@@ -70,7 +70,10 @@ EMITTED_BY = {
     obs.RECONCILIATION_DIFFERENCES: "reconcile",
     obs.AUDIT_ROWS_TAMPERED: "audit_watcher",
     obs.AUDIT_SEAL_FAILURES: "audit_seal",
+    obs.MCP_TOOL_REJECTED: "chat",
 }
+# Metrics more than one function emits (both run the loop and list the outside MCP servers).
+ALSO_EMITTED_BY = {obs.MCP_TOOL_REJECTED: {"turn_worker"}}
 
 # name -> (namespace, metric, dimensions, statistic, period, threshold, comparison, evaluation periods)
 SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
@@ -208,7 +211,7 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         for metric in ("Errors", "Throttles")
     },
 }
-MATH_ALARMS = ("Api5xxRateAlarm", "ApprovalsPendingTooLongAlarm")
+MATH_ALARMS = ("Api5xxRateAlarm", "ApprovalsPendingTooLongAlarm", "McpToolRejectedAlarm")
 
 
 def alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -329,11 +332,33 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             if spec.get("Namespace") != "SupportAgent":
                 continue
             assert spec["MetricName"] in obs.METRICS
-            assert spec["Dimensions"] == [{"Name": "service", "Value": EMITTED_BY[spec["MetricName"]]}]
+            services = {EMITTED_BY[spec["MetricName"]], *ALSO_EMITTED_BY.get(spec["MetricName"], ())}
+            assert spec["Dimensions"][0]["Name"] == "service" and len(spec["Dimensions"]) == 1
+            assert spec["Dimensions"][0]["Value"] in services
             checked += 1
     # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge,
-    # ReconciliationDifferences, AuditRowsTampered and AuditSealFailures
-    assert checked == 7
+    # ReconciliationDifferences, AuditRowsTampered, AuditSealFailures and McpToolRejected (chat and turn_worker)
+    assert checked == 9
+
+
+def test_mcp_tool_rejected_alarm_sums_both_functions_that_list_outside_servers(cfn: dict[str, Any]) -> None:
+    alarm = alarms(cfn)["McpToolRejectedAlarm"]
+    by_id, returned = _math(alarm)
+    for metric_id, function in (("chat", "ChatFunction"), ("worker", "TurnWorkerFunction")):
+        stat = by_id[metric_id]["MetricStat"]
+        assert stat["Metric"] == {
+            "Namespace": "SupportAgent",
+            "MetricName": obs.MCP_TOOL_REJECTED,
+            "Dimensions": [{"Name": "service", "Value": service_of(cfn, function)}],
+        }
+        assert (stat["Stat"], stat["Period"]) == ("Sum", 300)
+    # A period in which only one of them listed still counts (a missing series would blank the sum).
+    assert returned["Expression"] == "FILL(chat, 0) + FILL(worker, 0)"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == (
+        0,
+        "GreaterThanThreshold",
+        1,
+    )
 
 
 def test_namespace_matches_the_functions_environment(sam: dict[str, Any]) -> None:
@@ -380,7 +405,7 @@ def dashboard_metrics(body: dict[str, Any]) -> list[tuple[str, str, dict[str, st
 def test_dashboard_shows_every_metric_the_code_emits(cfn: dict[str, Any]) -> None:
     shown = dashboard_metrics(dashboard(cfn))
     ours = {(name, dims.get("service")) for namespace, name, dims in shown if namespace == "SupportAgent"}
-    assert ours == set(EMITTED_BY.items())
+    assert ours == set(EMITTED_BY.items()) | {(m, svc) for m, services in ALSO_EMITTED_BY.items() for svc in services}
     for namespace, _name, dims in shown:
         if namespace == "SupportAgent":
             assert set(dims) == {"service"}

@@ -524,6 +524,11 @@ def test_outputs(sam: dict[str, Any]) -> None:
 # runtime by tests/reliability/test_least_privilege_runtime.py, and removed).
 _DDB_RW = ("GetItem", "Query", "PutItem", "UpdateItem")
 
+# Outside MCP servers' service credentials: the secrets under the stack's name's mcp/ prefix (a wildcard the
+# operator fills, named in MCP_SERVERS), only while McpServers is set (checked below).
+MCP_SECRETS_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${AWS::StackName}/mcp/*"
+MCP_SECRETS = "secret:<stack>/mcp/*"
+
 ALLOWED: dict[str, set[Pair]] = {
     "ChatFunction": {
         *{(f"dynamodb:{a}", "ConversationsTable") for a in _DDB_RW},
@@ -533,6 +538,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:PutItem", "AuditTable"),
         ("sqs:SendMessage", "ApprovalQueue"),
         ("sqs:SendMessage", "TurnQueue"),  # a turn longer than SyncTurnSeconds is handed over
+        ("secretsmanager:GetSecretValue", MCP_SECRETS),
         # Only when the parameter is set (Fn::If on HasAnthropicApiKeySecret, checked below).
         ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
         # Only when StripeApiKeySecretArn is set (Fn::If on HasStripeApiKeySecret, checked below).
@@ -553,6 +559,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:PutItem", "AuditTable"),
         ("sqs:SendMessage", "ApprovalQueue"),
         *{(f"sqs:{a}", "TurnQueue") for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes")},
+        ("secretsmanager:GetSecretValue", MCP_SECRETS),
         ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"),
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
         ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
@@ -808,6 +815,8 @@ def _target(resource: Any, parameters: set[str]) -> str:
         m = re.fullmatch(r"\$\{(\w+)\.Arn\}(/.*)?", resource["Fn::Sub"])
         if m:
             return m.group(1) + (m.group(2) or "")
+        if resource["Fn::Sub"] == MCP_SECRETS_ARN:
+            return MCP_SECRETS
     raise AssertionError(f"resource form the IAM evaluator does not understand: {resource!r}")
 
 
@@ -896,8 +905,10 @@ def test_role_statements_have_a_policy_version(cfn: dict[str, Any]) -> None:
 def test_forbidden_grants(cfn: dict[str, Any], function_id: str) -> None:
     granted = granted_pairs(cfn, function_id)
     for action, target in granted:
-        # The one wildcard: the sealed heads' key prefix in the seal bucket.
-        assert "*" not in action and "*" not in target.removesuffix("/heads/*"), (action, target)
+        # The wildcards: the sealed heads' key prefix in the seal bucket, the MCP credentials' name prefix.
+        assert "*" not in action and "*" not in target.removesuffix("/heads/*").removesuffix("/mcp/*"), (action, target)
+        if target == MCP_SECRETS:
+            assert action == "secretsmanager:GetSecretValue"
         if target.startswith("AuditSealBucket"):  # sealed heads: put (the seal function) or read, nothing else
             assert action in ("s3:PutObject", "s3:GetObjectVersion", "s3:ListBucketVersions"), (action, target)
         assert is_iam_action(action), f"{action} is not an IAM action"
@@ -931,6 +942,25 @@ def test_secret_access_only_when_a_secret_is_configured(cfn: dict[str, Any]) -> 
     assert condition == "HasAnthropicApiKeySecret"
     assert if_true["Resource"] == {"Ref": "AnthropicApiKeySecretArn"}
     assert if_false == {"Ref": "AWS::NoValue"}
+
+
+@pytest.mark.parametrize("function_id", ["ChatFunction", "TurnWorkerFunction"])
+def test_mcp_credentials_only_to_the_loops_functions_and_only_when_servers_are_configured(
+    sam: dict[str, Any], cfn: dict[str, Any], function_id: str
+) -> None:
+    assert sam["Parameters"]["McpServers"]["Default"] == ""
+    assert cfn["Conditions"]["HasMcpServers"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "McpServers"}, ""]}]}
+    env = cfn["Resources"][function_id]["Properties"]["Environment"]["Variables"]
+    assert env["MCP_SERVERS"] == {"Ref": "McpServers"}
+    assert env["TOOL_MODE"] == {"Ref": "ToolMode"}
+    assert env["MCP_REFRESH_SECONDS"] == {"Ref": "McpRefreshSeconds"}
+    raw = [s for doc in _role_documents(cfn, _role_id(cfn, function_id)) for s in doc["Statement"]]
+    (secret,) = [s for s in raw if "/mcp/*" in json.dumps(s)]
+    condition, if_true, if_false = secret["Fn::If"]
+    assert (condition, if_false) == ("HasMcpServers", {"Ref": "AWS::NoValue"})
+    assert (if_true["Action"], if_true["Resource"]) == ("secretsmanager:GetSecretValue", {"Fn::Sub": MCP_SECRETS_ARN})
+    holders = {f for f, pairs in ALLOWED.items() if ("secretsmanager:GetSecretValue", MCP_SECRETS) in pairs}
+    assert holders == {"ChatFunction", "TurnWorkerFunction"}
 
 
 @pytest.mark.parametrize(
