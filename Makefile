@@ -10,7 +10,7 @@ SAM_VENV        := .venv-sam
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP       := $(SAM_VENV)/.installed-sam-$(SAM_CLI_VERSION)
 
-.PHONY: dev demo reconcile audit-verify test lint unit live tokens openapi sam build smoke bench clean
+.PHONY: dev carrier-rug-pull demo reconcile audit-verify test lint unit live tokens openapi sam build smoke bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -22,9 +22,18 @@ $(STAMP): pyproject.toml
 ## make dev: the whole service on http://127.0.0.1:3000 (PORT, MOTO_PORT, ANTHROPIC_API_KEY honoured).
 ## PARAMS="TurnsPerMinute=100 RefundThresholdCents=10000": template parameter overrides, read as
 ## `sam deploy --parameter-overrides` reads them; an unknown name stops before anything starts.
+## CARRIER=1: also a local outside MCP server (a carrier-tracking stub on CARRIER_PORT, default 8765) the agent
+## may use, configured from devstack/mcp_servers.json; TOOL_MODE=mcp: the loop reaches our own tools over MCP
+## (docs/MCP.md). Both may combine: `CARRIER=1 TOOL_MODE=mcp make dev`.
 PARAMS ?=
 dev: $(STAMP)
 	$(PY) -m devstack $(PARAMS)
+
+## make carrier-rug-pull: the running `CARRIER=1 make dev` stub's track_parcel gets a poisoned description (the
+## pin no longer matches: within 15 s the tool is off the model's list); RESTORE=1 puts the original back
+RESTORE ?=
+carrier-rug-pull: $(STAMP)
+	$(PY) -m devstack.carrier_mcp describe $(if $(RESTORE),--restore)
 
 ## make demo: the seed scenario through the local stack, printed step by step (PARAMS as for make dev)
 demo: $(STAMP)

@@ -5,7 +5,8 @@ template.yaml into it, the demo data, a simulated model unless ANTHROPIC_API_KEY
 Stripe unless STRIPE_API_BASE and STRIPE_API_KEY are both set, worker processes per function with each
 function's deployed environment, the template's queue and schedule events, RefundFlow's Lambda task
 bridged into PaymentsFunction's workers (devstack/lambda_bridge.py: moto would need Docker), and an HTTP
-server mapping the template's routes to the handlers, with the web pages.
+server mapping the template's routes to the handlers, with the web pages. ``CARRIER=1``: also a local
+outside MCP server the agent may use (devstack/carrier_mcp.py, docs/MCP.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 
@@ -33,6 +34,9 @@ from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, SimulatedStripeSer
 from devstack.simulated_stripe import start as start_stripe
 from devstack.stack import REPO_ROOT, Stack, deploy
 from devstack.tokens import mint_token
+
+if TYPE_CHECKING:
+    from devstack.carrier_mcp import CarrierStub
 
 STATE_DIR = REPO_ROOT / ".devstack"
 REGION = "us-east-1"
@@ -51,6 +55,7 @@ class LocalStack:
     env_file: Path
     stripe: SimulatedStripeServer | None = None  # the simulated Stripe, unless a real one was configured
     model: SimulatedModelServer | None = None  # the simulated model, unless a real one was configured
+    carrier: CarrierStub | None = None  # CARRIER=1: the local outside MCP server (devstack/carrier_mcp.py)
     pools: dict[str, FunctionPool] = field(default_factory=dict, repr=False)  # each function's workers
     _stoppers: list[Any] = field(default_factory=list, repr=False)
 
@@ -151,6 +156,7 @@ def start(
             local._stoppers.append(local.stripe.stop)
         params = _with_stripe_base(params, payments_env["STRIPE_API_BASE"])
         session = boto3.Session(region_name=REGION)
+        params = _with_carrier(env, params, local, session.client("secretsmanager", endpoint_url=moto_url))
         stack = deploy(params, session=session, endpoint_url=moto_url)
         seed(session.client("dynamodb", endpoint_url=moto_url), stack.physical_ids["CustomerDataTable"])
 
@@ -232,6 +238,19 @@ def _with_stripe_base(params: dict[str, str], url: str) -> dict[str, str]:
     return {"StripeApiBase": url, **params}
 
 
+def _with_carrier(env: Mapping[str, str], params: dict[str, str], local: LocalStack, secrets: Any) -> dict[str, str]:
+    """``CARRIER=1``: the carrier stub started, its token in the local Secrets Manager, and ``McpServers`` the
+    committed configuration at the stub's URL, listed again every 15 s (PARAMS still win)."""
+    if env.get("CARRIER", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return params
+    from devstack import carrier_mcp  # the MCP SDK and uvicorn: only imported when asked for
+
+    local.carrier = carrier_mcp.start_for_dev(env, secrets)
+    local._stoppers.append(local.carrier.stop)
+    servers = json.dumps(carrier_mcp.local_servers(local.carrier.url), separators=(",", ":"))
+    return {"McpServers": servers, "McpRefreshSeconds": "15", **params}
+
+
 def _plain_env(env: dict[str, str]) -> dict[str, str]:
     """What a worker inherits: the basics, not this shell's AWS profile or secrets."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "TMPDIR")
@@ -262,6 +281,11 @@ def banner(local: LocalStack) -> str:
         f"  sam local env  {local.env_file}",
         f"  model          {MODEL_SIMULATED if local.simulated else 'Anthropic Messages API'}",
         f"  payments       {_payments_line(local)}",
+        *(
+            [f"  carrier MCP    {local.carrier.url}   (CARRIER=1; the rug pull: make carrier-rug-pull)"]
+            if local.carrier
+            else []
+        ),
         "",
         "Demo tokens (Authorization: Bearer …):",
     ]

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from devstack.stack import load_template
 from devstack.tokens import DEFAULT_DEV_SECRET
 
+TOOL_MODES = ("registry", "mcp")  # template.yaml's ToolMode AllowedValues
 _AWS_CLI_FORM = re.compile(r"^ParameterKey=(?P<name>[^,]*),ParameterValue=(?P<value>.*)$", re.DOTALL)
 
 
@@ -47,7 +48,11 @@ def parse_overrides(items: Sequence[str], known: Iterable[str]) -> dict[str, str
 def dev_parameters(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """What ``make dev`` deploys: its local defaults (the JWT settings from the environment, the tool-call
     trace on, refunds through Stripe: the simulated one unless STRIPE_API_BASE and STRIPE_API_KEY are set,
-    a short payment-sweep grace), then the overrides, which win (``PaymentProvider=none`` keeps refunds ledger-only)."""
+    a short payment-sweep grace, ``ToolMode`` from TOOL_MODE when set), then the overrides, which win
+    (``PaymentProvider=none`` keeps refunds ledger-only)."""
+    tool_mode = environ.get("TOOL_MODE", "").strip()
+    if tool_mode and tool_mode not in TOOL_MODES:
+        raise ParameterError(f"TOOL_MODE={tool_mode!r}: it is one of {', '.join(TOOL_MODES)}")
     return {
         "JwtSecret": environ.get("JWT_SECRET") or DEFAULT_DEV_SECRET,
         "JwtIssuer": environ.get("JWT_ISSUER", "support-agent-local"),
@@ -57,6 +62,7 @@ def dev_parameters(environ: Mapping[str, str], overrides: Mapping[str, str] | No
         # The payment sweep asks about a refund left unsettled after 30 s, not 5 min: the demo's
         # "no webhook came" refund settles within a minute (the local schedule fires every 30 s).
         "PaymentSweepGraceSeconds": "30",
+        **({"ToolMode": tool_mode} if tool_mode else {}),  # TOOL_MODE=mcp make dev: our tools over MCP
         **(overrides or {}),
     }
 

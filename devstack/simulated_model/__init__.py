@@ -25,6 +25,9 @@ The rules (stateless: everything comes from the request's messages):
   "return" → then ``request_refund`` for the stated amount ("$25", "25 dollars") or the order's
   ``refundable_cents``, reason "customer request".
 * "invoice", "billing", "charge"… → ``list_invoices`` (for the order, if one was named).
+* Only when an outside carrier's ``<server>__track_parcel`` is offered (``CARRIER=1 make dev``, docs/MCP.md):
+  a parcel question ("where is my package CR10430001?", "track …") → that tool for each tracking number
+  in it, then an answer from the carrier's status fields; without a number or an order, it asks for one.
 * When there is nothing left to call: a text answer summarising the tool results. Anything else:
   a polite text saying what it can help with.
 * Tools are only called when the request offers them, never with ``tool_choice`` ``none``.

@@ -7,6 +7,7 @@ package's docstring. Every text starts with ``LABEL`` so nobody mistakes it for 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from devstack.simulated_model.wire import Json
 
 LABEL = "[simulated model] "
 REFUND_REASON = "customer request"
+# An outside carrier's tracking tool, as the MCP client offers it: ``<server>__track_parcel``.
+TRACKER_SUFFIX = "__track_parcel"
 
 
 # -- deciding ----------------------------------------------------------------------------------------
@@ -33,8 +36,13 @@ def _find(done: list[Done], name: str, order_id: int | None) -> Done | None:
     return None
 
 
-def plan(intent: Intent, done: list[Done]) -> list[Call]:
-    """The tool calls still wanted whose prerequisites are met (empty: time to answer)."""
+def _tracked(done: list[Done], name: str, number: str) -> Done | None:
+    return next((d for d in reversed(done) if d.name == name and d.input.get("tracking_number") == number), None)
+
+
+def plan(intent: Intent, done: list[Done], tracker: str | None = None) -> list[Call]:
+    """The tool calls still wanted whose prerequisites are met (empty: time to answer); ``tracker``: the
+    offered ``<server>__track_parcel``, called for each tracking number of a parcel question."""
     if intent.refusal:
         return []
     if intent.human:
@@ -42,6 +50,10 @@ def plan(intent: Intent, done: list[Done]) -> list[Call]:
             return []
         return [Call("escalate_to_human", {"reason": clip(f"Customer asked for a person: {intent.text}", 500)})]
     calls: list[Call] = []
+    if tracker is not None:
+        for number in intent.tracking_numbers:
+            if _tracked(done, tracker, number) is None:
+                calls.append(Call(tracker, {"tracking_number": number}))
     single = len(intent.orders) == 1
     for order in intent.orders:
         if not intent.refund and intent.invoice:
@@ -77,6 +89,10 @@ REFUSAL = (
     "I keep to my instructions. Is there something about your own account I can help with?"
 )
 ASK_ORDER = "Which order do you mean? Please give me its order number (for example 1042)."
+ASK_TRACKING = (
+    "Which parcel do you mean? Please give me its tracking number (for example CR10430001), "
+    "or the order number it belongs to."
+)
 ASK_REFUND_ORDER = "Which order should I refund? Please give me its order number (for example 1042)."
 UNFINISHED = "I couldn't finish checking everything in this message; please ask me again."
 _STATUS = {
@@ -158,7 +174,59 @@ def _invoice_sentence(d: Done, intent: Intent) -> str:
     return " ".join([f"I found {len(invoices)} {noun}{scope}: {listed}.", *parts])
 
 
+_PARCEL_STATUS = {
+    "LABEL_CREATED": "has a shipping label but hasn't been handed to the carrier yet",
+    "IN_TRANSIT": "is on its way",
+    "OUT_FOR_DELIVERY": "is out for delivery",
+    "DELIVERED": "was delivered",
+    "CANCELLED": "was cancelled",
+    "EXCEPTION": "is held up at the carrier",
+}
+
+
+def parcel_of(result: Any) -> Json | None:
+    """The carrier's answer as a dict: the structured payload, or the JSON of its text (as the client may
+    pass the whole MCP result, or its text content, through the fence)."""
+    if isinstance(result, dict) and isinstance(result.get("structuredContent"), dict):
+        return dict(result["structuredContent"])
+    if isinstance(result, dict) and isinstance(result.get("content"), list):
+        result = "".join(str(b.get("text", "")) for b in result["content"] if isinstance(b, dict))
+    if isinstance(result, str):
+        try:
+            result = json.loads(result)
+        except ValueError:
+            return None
+    return result if isinstance(result, dict) else None
+
+
+def _parcel_sentence(d: Done) -> str:
+    """What the carrier said, from the fields a tracking answer has; anything else in it is not repeated."""
+    number = clip(str(d.input.get("tracking_number", "")), 40)
+    parcel = parcel_of(d.result)
+    if parcel is None or d.is_error or "error" in parcel:
+        error = clip(str(parcel.get("error")), 200) if parcel and parcel.get("error") else d.error()
+        if "no parcel" in error.lower() or "not found" in error.lower():
+            return f"I couldn't find parcel {number} on your account; please check the tracking number."
+        return f"I couldn't track parcel {number} just now: {error}."
+    status = str(parcel.get("status", "UNKNOWN"))
+    order = f" (order {parcel['order_id']})" if isinstance(parcel.get("order_id"), int) else ""
+    text = f"Parcel {number}{order} {_PARCEL_STATUS.get(status.upper(), f'has carrier status {clip(status, 40)}')}"
+    last = parcel.get("last_event")
+    event: Json = last if isinstance(last, dict) else {}
+    if status.upper() == "DELIVERED" and parcel.get("delivered_on"):
+        text += f" on {clip(str(parcel['delivered_on']), 20)}"
+    elif event.get("description"):
+        where = f" in {clip(str(event['location']), 60)}" if event.get("location") else ""
+        when = f" on {str(event['at'])[:10]}" if event.get("at") else ""
+        text += f"; last scan: {clip(str(event['description']).rstrip('.'), 80)}{where}{when}"
+    if status.upper() != "DELIVERED" and parcel.get("estimated_delivery"):
+        text += f"; expected delivery {clip(str(parcel['estimated_delivery']), 20)}"
+    return text + "."
+
+
 def _done_sentence(d: Done, intent: Intent) -> str:
+    if d.name.endswith(TRACKER_SUFFIX):
+        return _parcel_sentence(d)
     if d.name == "lookup_order":
         order = d.input.get("order_id")
         if d.ok:
@@ -199,6 +267,8 @@ def answer(intent: Intent, done: list[Done], unfinished: bool) -> str:
     if not sentences:
         if intent.refund and not intent.orders:
             sentences.append(ASK_REFUND_ORDER)
+        elif intent.parcel and not intent.orders and not intent.tracking_numbers:
+            sentences.append(ASK_TRACKING)
         elif intent.orderish and not intent.orders and not intent.invoice:
             sentences.append(ASK_ORDER)
         elif intent.thanks:
@@ -222,16 +292,19 @@ def _preface(calls: list[Call]) -> str:
             said.append(f"Let me check the invoices for order {order}." if order else "Let me check your invoices.")
         elif call.name == "escalate_to_human":
             said.append("I'll hand this over to a support teammate.")
+        elif call.name.endswith(TRACKER_SUFFIX):
+            said.append(f"Let me track parcel {call.input['tracking_number']}.")
     return LABEL + " ".join(dict.fromkeys(said))
 
 
 def decide(body: Json) -> tuple[str, list[Call]]:
     """What the model says and which tools it calls, from the request alone."""
     conv = read_conversation([m for m in body["messages"] if isinstance(m, dict)])
-    intent = understand(conv)
     offered = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    tracker = next((n for n in sorted(offered, key=str) if isinstance(n, str) and n.endswith(TRACKER_SUFFIX)), None)
+    intent = understand(conv, tracker=tracker is not None)
     choice = body.get("tool_choice") or {}
-    wanted = plan(intent, conv.done)
+    wanted = plan(intent, conv.done, tracker)
     if choice.get("type") == "none":
         allowed: list[Call] = []
     else:

@@ -151,6 +151,11 @@ _ORDERISH = re.compile(
 _REFERS_BACK = re.compile(r"\b(?:it|its|that|this|them)\b", re.IGNORECASE)
 _ALL = re.compile(r"\b(?:all|every)\b", re.IGNORECASE)
 _THANKS = re.compile(r"\b(?:thanks|thank you|thx|cheers)\b", re.IGNORECASE)
+# Only read when a carrier's track_parcel is offered: a parcel question, and the tracking numbers in it
+# (letters and digits mixed, 8 to 30 of them, or 12 to 30 digits).
+_PARCEL = re.compile(r"\b(?:parcels?|packages?|shipments?|track(?:ing)?)\b", re.IGNORECASE)
+_TRACKING_NUMBER = re.compile(r"\b(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{8,30}\b|\b\d{12,30}\b", re.IGNORECASE)
+MAX_PARCELS = 3
 
 
 @dataclass
@@ -165,6 +170,8 @@ class Intent:
     orders: list[int] = field(default_factory=list)
     invoice_ids: list[int] = field(default_factory=list)
     amount_cents: int | None = None
+    parcel: bool = False  # asks where a parcel is, or to track one (read only when a tracker is offered)
+    tracking_numbers: list[str] = field(default_factory=list)
 
 
 def _to_cents(match: re.Match[str]) -> int:
@@ -193,7 +200,19 @@ def order_ids(text: str) -> list[int]:
     return ids[:MAX_ORDERS]
 
 
-def understand(conv: Conversation) -> Intent:
+def tracking_numbers(text: str) -> list[str]:
+    """Tracking numbers in the order they are written, upper-cased."""
+    found: list[str] = []
+    for m in _TRACKING_NUMBER.finditer(text):
+        number = m.group(0).upper()
+        if number not in found:
+            found.append(number)
+    return found[:MAX_PARCELS]
+
+
+def understand(conv: Conversation, tracker: bool = False) -> Intent:
+    """What the newest user text asks; ``tracker``: a carrier's track_parcel is offered, so parcel questions
+    and tracking numbers are read too (without one, nothing here changes)."""
     text = conv.latest_text
     intent = Intent(
         text=text,
@@ -209,8 +228,17 @@ def understand(conv: Conversation) -> Intent:
     amount = _AMOUNT.search(text)
     if amount is not None:
         intent.amount_cents = _to_cents(amount)
+    if tracker:
+        intent.tracking_numbers = tracking_numbers(text)
+        intent.parcel = bool(_PARCEL.search(text)) or bool(intent.tracking_numbers and intent.orderish)
+        if not intent.parcel:
+            intent.tracking_numbers = []
     refers_back = bool(_REFERS_BACK.search(text)) and not _ALL.search(text)
-    if not intent.orders and (intent.refund or intent.orderish or (intent.invoice and refers_back)):
+    if (
+        not intent.orders
+        and not intent.tracking_numbers
+        and (intent.refund or intent.orderish or (intent.invoice and refers_back))
+    ):
         # A follow-up ("refund it"): the order named most recently in an earlier user message.
         for earlier in reversed(conv.earlier_texts):
             ids = order_ids(earlier)

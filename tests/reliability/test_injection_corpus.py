@@ -85,6 +85,7 @@ class ObedientModel(FakeModel):
     obeyed: bool = False
     fenced: list[str] = field(default_factory=list)  # every tool_result content it was sent
     ids: int = 0
+    first: list[dict[str, Any]] = field(default_factory=list)  # extra reads of the first step (an outside tool)
 
     def respond(self, request: Request) -> LlmResponse:
         last = request.messages[-1]["content"]
@@ -95,6 +96,7 @@ class ObedientModel(FakeModel):
                 [
                     {"name": "lookup_order", "input": {"order_id": OWN_ORDER}},
                     {"name": "list_invoices", "input": {"order_id": OWN_ORDER}},
+                    *self.first,
                 ]
             )
         read = [s for b in results for s in strings(unfence(b["content"]))]
@@ -222,6 +224,29 @@ def _run(obedient: tuple[Harness, ObedientModel, World, MotoSnapshot], plan: lis
 def test_obedient_model_against_every_payload(obedient: tuple[Harness, ObedientModel, World, MotoSnapshot]) -> None:
     """Every payload once, its place rotating over note, memo and item name."""
     _run(obedient, [(e, PLACES[i % 3]) for i, e in enumerate(CORPUS)])
+
+
+def test_obedient_model_against_every_payload_from_an_outside_mcp_tool(
+    obedient: tuple[Harness, ObedientModel, World, MotoSnapshot],
+) -> None:
+    """The same payloads in an outside MCP server's answer (devstack's carrier stub, over HTTP): its output is
+    fenced like ours, and what the obedient model then asks of our tools meets the same rules."""
+    from devstack.carrier_mcp import CarrierStub
+    from tests.support.carrier import TRACK, with_carrier
+
+    h, model, world, snapshot = obedient
+    with CarrierStub("corpus-token") as stub:
+        with_carrier(h, stub)
+        model.first = [{"name": TRACK, "input": {"tracking_number": "CR10430001"}}]
+        totals: Counter[str] = Counter()
+        for entry in CORPUS:
+            snapshot.restore()
+            stub.injection = resolve(entry["text"])
+            totals += attack(h, model, world, entry, "carrier")
+            h.clock.advance(1)
+        assert len(stub.calls) == len(CORPUS)
+    count("2-injection-corpus", outside_tool_payloads=totals["payloads"])
+    assert totals["payloads"] == len(CORPUS)
 
 
 @pytest.mark.slow

@@ -69,6 +69,15 @@ def test_overrides_win_over_the_local_defaults() -> None:
     assert (params["Transparency"], params["JwtIssuer"], params["TurnsPerMinute"]) == ("quiet", "from-params", "100")
 
 
+def test_tool_mode_from_the_environment_and_params_still_win() -> None:
+    assert dev_parameters({"TOOL_MODE": "mcp"})["ToolMode"] == "mcp"
+    assert "ToolMode" not in dev_parameters({})  # the template's default (registry)
+    assert dev_parameters({"TOOL_MODE": "mcp"}, {"ToolMode": "registry"})["ToolMode"] == "registry"
+    assert set(KNOWN["ToolMode"]["AllowedValues"]) == {"registry", "mcp"}
+    with pytest.raises(ParameterError, match="TOOL_MODE='mpc'"):
+        dev_parameters({"TOOL_MODE": "mpc"})
+
+
 class _Started(Exception):
     pass
 

@@ -48,6 +48,9 @@ class McpServerEntry(BaseModel):
     credential_secret: str | None = Field(None, alias="credentialSecret", min_length=1)
     timeout_seconds: float = Field(5.0, alias="timeoutSeconds", gt=0, le=30)
     tools: dict[str, PinnedTool] = Field(min_length=1)
+    # Tools reviewed and deliberately not offered (a server's write tools): not counted as rejections, so the
+    # alarm means something new or changed, not a server that also has tools the agent must never use.
+    declined: frozenset[str] = frozenset()
 
     @field_validator("name")
     @classmethod
@@ -73,6 +76,8 @@ class McpServerEntry(BaseModel):
         for tool in self.tools:
             if not _TOOL_NAME.match(tool) or len(self.exposed(tool)) > MAX_EXPOSED_NAME:
                 raise ValueError(f"tool {tool!r}: names are letters, digits, _ and -, {MAX_EXPOSED_NAME} in all")
+        if both := sorted(self.declined & set(self.tools)):
+            raise ValueError(f"tools both allowed and declined: {', '.join(both)}")
         return self
 
     def exposed(self, tool: str) -> str:

@@ -2,7 +2,8 @@
 
 * Review (`review`): a listed tool reaches the model only if it is on its server's allowlist, marked read-only
   (``annotations.readOnlyHint``) and its definition still has the pinned digest (mcp/pins.py). Anything else is
-  logged and counted (``McpToolRejected``, an alarm): a changed description is an injection until reviewed.
+  logged and counted (``McpToolRejected``, an alarm): a changed description is an injection until reviewed. A
+  tool the entry ``declined`` (reviewed, deliberately not offered: a server's write tools) is only logged.
 * Discovery: ``tools/list`` when the source is built (container start) and again once ``MCP_REFRESH_SECONDS`` have
   passed, checked when the loop reads the specs (a stateless function never hears ``list_changed``). A server
   that cannot be listed keeps the tools last reviewed, so one outage does not reshape the prompt.
@@ -73,7 +74,12 @@ class OutsideTool:
 class Rejection:
     server: str
     tool: str
-    reason: str  # not_allowlisted | not_read_only | changed | no_customer_argument | bad_schema
+    reason: str  # not_allowlisted | not_read_only | changed | no_customer_argument | bad_schema | declined
+
+    @property
+    def alarming(self) -> bool:
+        """Everything but a tool the entry declines (reviewed and deliberately not offered)."""
+        return self.reason != "declined"
 
 
 def review(entry: McpServerEntry, listed: list[dict[str, Any]]) -> tuple[list[OutsideTool], list[Rejection]]:
@@ -85,7 +91,9 @@ def review(entry: McpServerEntry, listed: list[dict[str, Any]]) -> tuple[list[Ou
         pin = entry.tools.get(name)
         annotations = definition.get("annotations")
         read_only = isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
-        if pin is None:
+        if name in entry.declined:
+            rejected.append(Rejection(entry.name, name, "declined"))
+        elif pin is None:
             rejected.append(Rejection(entry.name, name, "not_allowlisted"))
         elif not read_only:
             rejected.append(Rejection(entry.name, name, "not_read_only"))
@@ -206,12 +214,12 @@ class OutsideTools:
                 accepted, rejected = review(server.entry, listed)
                 self._by_server[name] = accepted
                 for r in rejected:
-                    logger.error(
+                    (logger.error if r.alarming else logger.debug)(
                         "outside MCP tool not offered to the model",
                         extra={"mcp_server": r.server, "mcp_tool": r.tool[:64], "reason": r.reason},
                     )
-                if rejected:
-                    emit(MCP_TOOL_REJECTED, len(rejected))
+                if alarming := sum(r.alarming for r in rejected):
+                    emit(MCP_TOOL_REJECTED, alarming)
                 missing = set(server.entry.tools) - {str(d.get("name")) for d in listed}
                 for tool in sorted(missing):
                     logger.warning(
