@@ -9,6 +9,8 @@ import pytest
 
 from devstack.stack import Stack
 from support_agent import wiring
+from support_agent.auth import Principal
+from support_agent.tools.registry import ToolContext
 from tests.integration.conftest import Api, deployed_stack
 from tests.integration.test_chat_api import audit_rows, chat
 from tests.integration.test_lead_api import invariant, order, raise_approval, refund_rows, wait_status
@@ -60,4 +62,16 @@ def test_a_direct_refund_repeated_with_its_key_is_made_once(api: Api) -> None:
     assert status == 200, body
     result = body["trace"][0]["toolCalls"][0]["result"]
     assert result["status"] == "REFUNDED", result
+    assert order(api, 1043)["refunded_cents"] == 2500
+    # The same call again (a retried turn would make it with the same key): the recorded answer, no second refund.
+    services = wiring.chat_services()
+    stored = services.conversations.load(body["conversationId"])
+    (holder,) = [m for m in stored if any(b.get("id") == "toolu_r1" for b in m.content if isinstance(b, dict))]
+    ctx = ToolContext(
+        Principal("customer-7", "customer", 7), 7, body["conversationId"], holder.seq, "toolu_r1", "req-again", "now"
+    )
+    again = services.agent.tools.execute(
+        "request_refund", {"order_id": 1043, "amount_cents": 2500, "reason": "late"}, ctx
+    )
+    assert not again.is_error and again.result["status"] == "REFUNDED", again
     assert order(api, 1043)["refunded_cents"] == 2500

@@ -307,6 +307,26 @@ def test_chat_turn_is_served_and_stored(chat_turn: tuple[Invocation, dict[str, A
     assert done.uncompiled == [], f"compiled at import, on every cold start: {done.uncompiled[:20]}"
 
 
+def test_chat_turn_in_tool_mode_mcp_under_the_runtime(invoke: Any, local_aws: LocalAws) -> None:
+    """TOOL_MODE=mcp: the layer's MCP SDK client and server, in process, under the template's runtime."""
+    event = event_from("chat.json")
+    event["headers"]["authorization"] = f"Bearer {mint_token('customer-7', 'customer', 7, secret=SECRET)}"
+    done = invoke(
+        "ChatFunction",
+        event,
+        ANTHROPIC_BASE_URL=local_aws.model.url,
+        ANTHROPIC_API_KEY="simulated-local-key",
+        LLM_MAX_RETRIES="0",
+        TOOL_MODE="mcp",
+    )
+    assert done.result["statusCode"] == 200, done.result
+    body = json.loads(done.result["body"])
+    lookup = body["trace"][0]["toolCalls"][0]  # (the refund was asked for by the turn before: not again)
+    assert lookup["name"] == "lookup_order", body["trace"]
+    assert not lookup["isError"] and lookup["result"]["order_id"] == 1042, lookup
+    assert "mcp" in done.origins["layer"]
+
+
 def test_events_function_reads_the_turns_feed_under_the_runtime(
     invoke: Any, chat_turn: tuple[Invocation, dict[str, Any]]
 ) -> None:
