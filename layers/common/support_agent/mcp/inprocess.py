@@ -24,6 +24,8 @@ from support_agent.mcp.tools import McpServices
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 CLIENT_INFO = types.Implementation(name="support-agent-chat", version="1.0.0")
+# Our own server speaks it: adopted directly, without the `server/discover` probe "auto" would make per session.
+PROTOCOL_VERSION = "2026-07-28"
 
 
 class InProcessMcpTools:
@@ -35,7 +37,7 @@ class InProcessMcpTools:
         self._specs: list[dict[str, Any]] | None = None
 
     def _client(self) -> Client:
-        return Client(self._server, client_info=CLIENT_INFO, cache=None)
+        return Client(self._server, client_info=CLIENT_INFO, cache=None, mode=PROTOCOL_VERSION)
 
     @property
     def specs(self) -> list[dict[str, Any]]:

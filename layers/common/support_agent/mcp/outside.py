@@ -146,9 +146,13 @@ class OutsideServer:
         return Client(streamable_http_client(self.entry.url, http_client=http), client_info=CLIENT_INFO, cache=None)
 
     def list_tools(self) -> list[dict[str, Any]]:
+        """Every page of ``tools/list`` (wire form), within the server's timeout (at most 5 s: a listing may
+        delay the turn that finds it due)."""
+        timeout = min(LIST_TIMEOUT_SECONDS, self.entry.timeout_seconds)
+
         async def listed() -> list[dict[str, Any]]:
-            with anyio.fail_after(LIST_TIMEOUT_SECONDS):
-                async with self._client(LIST_TIMEOUT_SECONDS) as client:
+            with anyio.fail_after(timeout):
+                async with self._client(timeout) as client:
                     tools: list[types.Tool] = []
                     cursor: str | None = None
                     for _ in range(MAX_PAGES):
