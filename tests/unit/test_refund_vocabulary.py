@@ -1,4 +1,4 @@
-"""The customers' one vocabulary: every state we write has exactly the word DESIGN.md gives it."""
+"""The customers' one vocabulary: every state we write has exactly the word docs/PAYMENTS.md gives it."""
 
 from __future__ import annotations
 
