@@ -14,15 +14,7 @@ from support_agent.agent.handover import HandedOver, HandOver
 from support_agent.api import pagination
 from support_agent.api.contract import error_body, status_and_code
 from support_agent.api.http import json_response
-from support_agent.api.responses import (
-    ChatResponse,
-    ConversationList,
-    ConversationView,
-    Health,
-    TurnRunning,
-    TurnView,
-    responses,
-)
+from support_agent.api.route_docs import json_body, responses
 from support_agent.api.views import conversation_summary, conversation_view, turn_body, turn_view
 from support_agent.auth import require_customer
 from support_agent.clock import utc_now
@@ -77,10 +69,10 @@ def _deadline(context: Any, limit: float, reserve: float) -> Deadline:
         "the turn's record."
     ),
     responses={
-        **responses(ChatResponse, 400, 401, 403, 404, 409, 413, 422, 429, 502, 503),
+        **responses("ChatResponse", 400, 401, 403, 404, 409, 413, 422, 429, 502, 503),
         202: {
             "description": "The turn goes on in the worker (or a resend while it runs): its record is at Location",
-            "content": {"application/json": {"model": TurnRunning}},
+            "content": json_body("TurnRunning"),
         },
     },
     tags=["customer"],
@@ -197,7 +189,7 @@ def replay(turn: Turn, now_epoch: int) -> Response[Any]:
     "/api/conversations/<conversation_id>/turns/<turn_id>",
     summary="A turn's status, and its answer once it completed",
     description=READS,
-    responses=responses(TurnView, 401, 403, 404, 429),
+    responses=responses("TurnView", 401, 403, 404, 429),
     tags=["customer"],
 )
 def get_turn(conversation_id: str, turn_id: str) -> dict[str, Any]:
@@ -220,7 +212,7 @@ def _reader(services: ChatServices) -> int:
     "/api/conversations",
     summary="List my conversations, newest first",
     description=READS,
-    responses=responses(ConversationList, 400, 401, 403, 429),
+    responses=responses("ConversationList", 400, 401, 403, 429),
     tags=["customer"],
 )
 def list_conversations(
@@ -243,7 +235,7 @@ def list_conversations(
     "/api/conversations/<conversation_id>",
     summary="Read one of my conversations",
     description=READS + " Tool inputs and results only when TRANSPARENCY=verbose.",
-    responses=responses(ConversationView, 401, 403, 404, 429),
+    responses=responses("ConversationView", 401, 403, 404, 429),
     tags=["customer"],
 )
 def get_conversation(conversation_id: str) -> dict[str, Any]:
@@ -276,6 +268,6 @@ def _refund_summary(services: ChatServices, row: dict[str, Any]) -> dict[str, An
     }
 
 
-@router.get("/api/health", summary="Liveness", responses=responses(Health), tags=["public"])
+@router.get("/api/health", summary="Liveness", responses=responses("Health"), tags=["public"])
 def health() -> dict[str, Any]:
     return {"status": "ok"}

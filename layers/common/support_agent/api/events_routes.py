@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from support_agent.api.feed import Cursor
-from support_agent.api.responses import FeedPage, responses
+from support_agent.api.route_docs import responses
 from support_agent.auth import require_customer
 from support_agent.errors import NotFound
 from support_agent.ids import CONVERSATION_ID
@@ -38,7 +38,7 @@ def _principal() -> Any:
         "as there is one, or with no events after `waitSeconds`; resume with `nextCursor`. Tool inputs and "
         "results only when TRANSPARENCY=verbose. Each poll counts as a read (READS_PER_MINUTE, 429 `rate_limited`)."
     ),
-    responses=responses(FeedPage, 400, 401, 403, 404, 429),
+    responses=responses("FeedPage", 400, 401, 403, 404, 429),
     tags=["customer"],
 )
 def events(

@@ -24,8 +24,8 @@ from support_agent.api.responses import (
     ErasureResult,
     Handoff,
     HandoffList,
-    responses,
 )
+from support_agent.api.route_docs import responses
 from support_agent.approvals.decisions import Decision
 from support_agent.auth import MAX_CUSTOMER_ID, require_role
 from support_agent.errors import InvalidRequest, NotFound

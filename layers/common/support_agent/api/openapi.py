@@ -21,6 +21,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Serve
 
 from support_agent.api import chat_routes, events_routes, lead_routes
 from support_agent.api.http import build_resolver
+from support_agent.api.route_docs import documented
 
 TITLE = "Support agent API"
 VERSION = "1.0.0"
@@ -44,6 +45,9 @@ def document() -> dict[str, Any]:
     app.include_router(chat_routes.router)
     app.include_router(events_routes.router)
     app.include_router(lead_routes.router)
+    for route in app._static_routes + app._dynamic_routes:  # models named by the routes, as classes
+        if route.responses:
+            route.responses = documented(route.responses)
     raw = app.get_openapi_json_schema(
         title=TITLE,
         version=VERSION,

@@ -1,7 +1,8 @@
 """The documented response shapes of the HTTP API, for the OpenAPI document.
 
 Handlers build plain dicts (views); these models only describe them, through each route's
-``responses=``. The integration tests validate real answers against the generated document, so a
+``responses=`` (api/route_docs.py: the chat and events routes name them, so their functions never import
+this module). The integration tests validate real answers against the generated document, so a
 view and its model cannot drift apart silently. ``extra="forbid"`` makes that check strict.
 """
 
@@ -11,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.api.contract import CONTRACT
 from support_agent.payments.vocabulary import CustomerRefundStatus
 from support_agent.store.approvals import ApprovalStatus
 from support_agent.store.ledger import LedgerStatus
@@ -33,50 +33,6 @@ class ErrorDetail(_Shape):
 
 class ErrorBody(_Shape):
     error: ErrorDetail
-
-
-_CODES: dict[int, list[str]] = {}
-for _status, _code in CONTRACT.values():
-    _CODES.setdefault(_status, []).append(_code)
-_WHY = {
-    400: "Malformed JSON, wrong types, unknown or missing fields",
-    401: "No, bad or expired bearer token",
-    403: "The token's role may not call this route",
-    404: "Unknown, or not yours (the same answer)",
-    409: "Conflicts with the current state",
-    413: "Body or message over the limit",
-    422: "The Idempotency-Key was used with another request body",
-    429: "Rate limited or out of token budget; see Retry-After",
-    502: "The model API refused the request",
-    503: "The model API is unavailable; see Retry-After",
-}
-RETRY_AFTER = {
-    "Retry-After": {"description": "Seconds to wait before resending", "required": True, "schema": {"type": "integer"}}
-}
-
-
-def error_response(status: int) -> dict[str, Any]:
-    codes = ", ".join(f"`{code}`" for code in _CODES[status])
-    out: dict[str, Any] = {
-        "description": f"{_WHY[status]} ({codes})",
-        "content": {"application/json": {"model": ErrorBody}},
-    }
-    if status in (429, 503):
-        out["headers"] = RETRY_AFTER
-    return out
-
-
-def responses(
-    model: type[BaseModel], *errors: int, description: str = "OK", also: dict[int, str] | None = None
-) -> dict[int, Any]:
-    """A route's ``responses=``: 200 with ``model`` (and ``also``: more statuses with the same body), and its errors."""
-    ok = {200: description, **(also or {})}
-    out: dict[int, Any] = {
-        status: {"description": why, "content": {"application/json": {"model": model}}} for status, why in ok.items()
-    }
-    for code in errors:
-        out[code] = error_response(code)
-    return out
 
 
 # ------------------------------------------------------------------ customer

@@ -37,8 +37,8 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
-from support_agent.llm.anthropic import encode_body, parse_response
 from support_agent.llm.base import LlmResponse, Seams
+from support_agent.llm.messages_api import encode_body, parse_response
 from support_agent.llm.retry import (
     MAX_RETRY_AFTER,
     Attempt,

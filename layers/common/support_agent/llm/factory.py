@@ -3,20 +3,28 @@
 Every adapter gets the same `RetryPolicy` (attempts, backoff, timeouts, the breaker) and the same
 `Seams`; what else it needs it reads from `Settings` itself (`from_settings`), so a new provider is
 one adapter file and one row here. An adapter is imported only when chosen: a cold start pays for
-one. API keys: `llm/keys.py`; Bedrock uses the function's IAM role instead.
+one, and Bedrock's imports no HTTP client. API keys: `llm/keys.py`; Bedrock uses the function's IAM role
+instead.
 """
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from support_agent.config import Settings
 from support_agent.llm.base import LlmClient, Seams
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx imports its command-line client whenever click is installed, and gives that up without rich:
+# the MCP SDK brings click into the layer, so every first model call paid ~20 ms for a CLI no function
+# runs. An entry of None makes that import fail at once, and httpx goes on without its CLI.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 ADAPTERS = {
     "anthropic": "support_agent.llm.anthropic:AnthropicClient",

@@ -28,10 +28,10 @@ import httpx
 
 from support_agent.config import Settings
 from support_agent.errors import ModelUnavailable
-from support_agent.llm.anthropic import encode_body
 from support_agent.llm.base import LlmResponse, Seams
 from support_agent.llm.http import HttpClient
 from support_agent.llm.keys import key_provider
+from support_agent.llm.messages_api import encode_body
 from support_agent.llm.retry import (
     SPEND_LIMIT,
     SPEND_LIMIT_RETRY_AFTER,

@@ -41,8 +41,8 @@ import json
 import re
 from typing import Any
 
-from support_agent.llm.anthropic import build_body
 from support_agent.llm.base import LlmResponse
+from support_agent.llm.messages_api import build_body
 from support_agent.messages import Block, Message, Usage
 
 ERROR_PREFIX = "ERROR: "

@@ -1,0 +1,80 @@
+"""A route's ``responses=``: its statuses, their descriptions and the model of each body.
+
+The response models (api/responses.py) only describe answers in the OpenAPI document: no request or
+answer is validated against them. So a route may name its model instead of importing it, and the chat
+and events functions do: their cold start skips building ~40 pydantic classes (docs/PERFORMANCE.md).
+``documented`` puts the classes in when the document is built (api/openapi.py); until then Powertools
+sees no model under a named one and builds nothing for it.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from support_agent.api.contract import CONTRACT
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pydantic import BaseModel
+
+NAMED = "x-model"  # where a named model waits for `documented`; Powertools reads only "model"
+
+_CODES: dict[int, list[str]] = {}
+for _status, _code in CONTRACT.values():
+    _CODES.setdefault(_status, []).append(_code)
+_WHY = {
+    400: "Malformed JSON, wrong types, unknown or missing fields",
+    401: "No, bad or expired bearer token",
+    403: "The token's role may not call this route",
+    404: "Unknown, or not yours (the same answer)",
+    409: "Conflicts with the current state",
+    413: "Body or message over the limit",
+    422: "The Idempotency-Key was used with another request body",
+    429: "Rate limited or out of token budget; see Retry-After",
+    502: "The model API refused the request",
+    503: "The model API is unavailable; see Retry-After",
+}
+RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before resending", "required": True, "schema": {"type": "integer"}}
+}
+
+
+def json_body(model: type[BaseModel] | str) -> dict[str, Any]:
+    """A JSON body of ``model``: the class, or its name in api/responses.py."""
+    return {"application/json": {NAMED: model} if isinstance(model, str) else {"model": model}}
+
+
+def error_response(status: int) -> dict[str, Any]:
+    codes = ", ".join(f"`{code}`" for code in _CODES[status])
+    out: dict[str, Any] = {"description": f"{_WHY[status]} ({codes})", "content": json_body("ErrorBody")}
+    if status in (429, 503):
+        out["headers"] = RETRY_AFTER
+    return out
+
+
+def responses(
+    model: type[BaseModel] | str, *errors: int, description: str = "OK", also: dict[int, str] | None = None
+) -> dict[int, Any]:
+    """A route's ``responses=``: 200 with ``model`` (and ``also``: more statuses with the same body), and its errors."""
+    ok = {200: description, **(also or {})}
+    out: dict[int, Any] = {status: {"description": why, "content": json_body(model)} for status, why in ok.items()}
+    for code in errors:
+        out[code] = error_response(code)
+    return out
+
+
+def documented(declared: Mapping[int, Any]) -> dict[int, Any]:
+    """``declared`` with each named model replaced by its class from api/responses.py."""
+    models = import_module("support_agent.api.responses")
+
+    def swap(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {key: swap(item) for key, item in value.items() if key != NAMED}
+        if NAMED in value:
+            out["model"] = getattr(models, value[NAMED])
+        return out
+
+    return {status: swap(response) for status, response in declared.items()}
