@@ -2,7 +2,7 @@
 
 Environment: BENCH_REPORT_ONLY=1 (rewrite the document from the last run's saved results),
 BENCH_RUNS (cold-start runs per variant, default 5), BENCH_TURNS (timed loop turns,
-default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long,feed).
+default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long,feed,cost).
 
 A partial run (BENCH_ONLY naming fewer than every section) starts from the last run's saved results
 (bench/.results.pickle) and replaces only the sections it measures, so the document it writes keeps
@@ -23,7 +23,7 @@ from bench import report
 from bench.env import ROOT
 
 RESULTS = ROOT / "bench" / ".results.pickle"
-SECTIONS = ("cold", "imports", "loop", "aws", "cache", "long", "feed")
+SECTIONS = ("cold", "imports", "loop", "aws", "cache", "long", "feed", "cost")
 
 
 def _start(only: set[str], runs: int, turns: int) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def main() -> None:
     results = _start(only, runs, turns)
     partial = "remeasured" in results
     devnull = open(os.devnull, "w")  # noqa: SIM115 - the run's log sink
-    from bench import aws, cache, coldstart, feed, long, loop
+    from bench import aws, cache, coldstart, cost, feed, long, loop
     from bench.env import quiet_logs, world
 
     with world() as w:
@@ -91,12 +91,16 @@ def main() -> None:
             if "feed" in only:
                 print(f"event feed: a minute of waiting, then {feed.SAMPLES} timed writes ...", file=sys.stderr)
                 results["feed"] = feed.measure(w)
+            if "cost" in only:  # the local stack in a process of its own; the feed's minute prices a waiting page
+                print("what a turn costs: three scenarios on the local stack ...", file=sys.stderr)
+                results["cost"] = cost.measure(results.get("feed"))
         for section, table in (
             ("loop", report.loop_table),
             ("aws", report.aws_table),
             ("cache", report.cache_table),
             ("long", report.long_table),
             ("feed", report.feed_table),
+            ("cost", report.cost_table),
         ):
             if section in only and section in results:
                 report.show(table(results))

@@ -13,6 +13,11 @@ import sys
 import time
 import types
 
+# Run as a script, this file's folder (bench/) heads sys.path, and a module there (bench/mcp.py) would shadow
+# the handler's package of the same name (the MCP SDK): the handler gets the path a function has.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
 
 class Context:
     function_name = "bench"

@@ -34,7 +34,7 @@ class Variant:
     handler: Path
     function: str | None  # the template's logical id, for its environment
     event: Any  # a callable returning a fresh event, or a fixed one
-    group: str  # ours | snapstart | nopyc | baseline | peer
+    group: str  # ours | snapstart | nopyc | baseline | floor | peer
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     def median(self, key: str) -> float:
@@ -103,6 +103,15 @@ def variants(world: World) -> list[Variant]:
         ),
         Variant("sweep", OURS, ROOT / "functions/approval_sweep/app.py", "ApprovalSweepFunction", {}, "ours"),
         Variant("baseline (boto3 GetItem)", OURS, HANDLERS / "baseline.py", None, {}, "baseline"),
+        # the floor under the chat handler's import: the libraries it keeps, none of our code
+        Variant(
+            "libraries only (baseline + Powertools, pydantic, pyjwt)",
+            OURS,
+            HANDLERS / "libraries.py",
+            None,
+            chat_event,
+            "floor",
+        ),
     ]
     if LAMBDA_PYTHON.exists():  # the same packages, without their .pyc (`make bench` builds the venv)
         raw = Variant(

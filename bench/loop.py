@@ -118,7 +118,7 @@ def floor_turn(model_url: str) -> Callable[[], Any]:
         for _ in range(8):
             body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "tools": tools, "system": SYSTEM_PROMPT}
             body["messages"] = messages
-            data = client.post(url, content=json.dumps(body), headers=headers).json()
+            data = client.post(url, content=_encode(body), headers=headers).json()
             messages.append({"role": "assistant", "content": data["content"]})
             uses = [b for b in data["content"] if b["type"] == "tool_use"]
             if not uses:
@@ -131,6 +131,11 @@ def floor_turn(model_url: str) -> Callable[[], Any]:
         raise AssertionError("no answer")
 
     return turn
+
+
+def _encode(body: dict[str, Any]) -> str:
+    """The floor's request body (a function of its own, so the step timers see it)."""
+    return json.dumps(body)
 
 
 def peers(model_url: str, warmup: int, runs: int) -> dict[str, Any]:
@@ -156,12 +161,12 @@ def measure(world: World, warmup: int, runs: int) -> dict[str, Any]:
     _, ours = our_agent(world.model_url)
     floor = floor_turn(world.model_url)
     results: dict[str, Any] = {}
-    # interleave ours and the floor in blocks, so drifting load hits both
+    # interleave ours and the floor in short blocks, so drifting load (a shared machine) hits both
     ours_ms: dict[str, list[float]] = {"wall": [], "cpu": []}
     floor_ms: dict[str, list[float]] = {"wall": [], "cpu": []}
-    for _ in range(4):
+    for _ in range(8):
         for acc, turn in ((ours_ms, ours), (floor_ms, floor)):
-            for key, values in timed(turn, warmup, runs // 4 + 1).items():
+            for key, values in timed(turn, warmup, runs // 8 + 1).items():
                 acc[key] += values
     results["ours (in-memory store)"] = ours_ms
     results["floor (raw httpx loop)"] = floor_ms
@@ -171,7 +176,7 @@ def measure(world: World, warmup: int, runs: int) -> dict[str, Any]:
     tables = {k: env[k] for k in ("CONVERSATIONS_TABLE", "CUSTOMER_DATA_TABLE", "APPROVALS_TABLE", "AUDIT_TABLE")}
     _, full = our_agent(world.model_url, ddb=ddb, **tables)
     results["ours, full path (DynamoDB on moto)"] = timed(full, warmup, runs)
-    results["_profile"] = profile_breakdown(world.model_url)
+    results["_steps"] = step_breakdown(world.model_url, max(runs, 30))
     return results
 
 
@@ -179,55 +184,145 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-PARTS = {
-    # Client.request: building the request (URL merge, headers, cookies) as well as send + read
-    "HTTP to the model (httpx send + read)": [("httpx/_client.py", "request")],
+# Each step of our turn, by the functions that do it. A step's time is its functions' time minus that of
+# any other step's function they call (the stores' calls into the stand-in count as the stand-in's).
+STEPS: dict[str, list[tuple[str, str]]] = {
+    "HTTP to the model (httpx send + read)": [("httpx", "Client.request")],
     "request body (build_body + encode_body)": [
-        ("llm/anthropic.py", "build_body"),
-        ("llm/anthropic.py", "encode_body"),
+        ("support_agent.llm.anthropic", "build_body"),
+        ("support_agent.llm.anthropic", "encode_body"),
+        ("bench.loop", "_encode"),  # the floor's
     ],
-    "response parsing": [("llm/anthropic.py", "parse_response")],
-    "persistence (lease, load, write-ahead, results)": [
-        ("store/conversations.py", name)
-        for name in ("acquire_lease", "release_lease", "load", "append", "new_header", "create")
+    "response parsing (JSON + parse_response)": [
+        ("httpx", "Response.json"),
+        ("support_agent.llm.anthropic", "parse_response"),
     ],
-    "audit rows (AuditRecord.put)": [("store/audit.py", "put")],
-    "tools (validation + run)": [("tools/registry.py", "execute")],
-    "fences": [("agent/untrusted.py", "fence")],
+    "persistence: our stores (lease, load, write-ahead, results)": [
+        ("support_agent.store.conversations", f"ConversationStore.{name}")
+        for name in ("acquire_lease", "release_lease", "load", "append", "new_header")
+    ],
+    "persistence: the in-memory stand-in (the bench's, not ours)": [
+        ("bench.memory_dynamodb", f"MemoryDynamoDB.{name}")
+        for name in ("get_item", "query", "put_item", "update_item", "transact_write_items")
+    ],
+    "audit rows (hash chain + rows)": [
+        ("support_agent.agent.loop", "chain"),
+        ("support_agent.agent.loop", "_Turn._audit"),
+        ("support_agent.store.audit", "AuditRecord.put"),
+    ],
+    "tools (validation + run)": [("support_agent.tools.registry", "ToolRegistry.execute")],
+    "fences": [("support_agent.agent.loop", "fence")],
+    "the answer's sanitising": [("support_agent.agent.loop", "sanitize_content")],
     "history merge + budget": [
-        ("agent/history.py", "for_request"),
-        ("agent/history.py", "add"),  # RequestHistory: merged as messages arrive
-        ("agent/history.py", "request"),
+        ("support_agent.agent.history", "RequestHistory.add"),
+        ("support_agent.agent.history", "RequestHistory.request"),
     ],
-    "logs and metrics (observability)": [
-        ("support_agent/observability.py", name)
-        for name in ("model_call", "tool_dispatch", "turn_end", "turn_start", "flush")  # flush: TurnMetrics
+    "logs (a line per model call, tool call and turn)": [
+        ("aws_lambda_powertools.logging.logger", "Logger.info"),
+        ("aws_lambda_powertools.logging.logger", "Logger.warning"),
+    ],
+    "metrics (the turn's tally, add_metric, the EMF line)": [
+        ("support_agent.observability", "TurnMetrics.count"),
+        ("support_agent.observability", "TurnMetrics.sample"),
+        ("support_agent.observability", "TurnMetrics.flush"),
+        ("aws_lambda_powertools.metrics", "Metrics.flush_metrics"),
     ],
 }
+OTHER = "everything else in the loop"
 
 
-def profile_breakdown(model_url: str, turns: int = 30) -> dict[str, float]:
-    """Share of our turn's time per part, under cProfile (which inflates small calls; shares only)."""
-    import cProfile
-    import pstats
+class _StepTimer:
+    """Wraps each step's functions with a perf_counter pair (the cheap clock: CPU clocks are system calls
+    here); time spent in a nested step is taken off the outer one. The HTTP step also records CPU time."""
 
-    _, turn = our_agent(model_url)
-    for _ in range(5):
-        turn()
-    profile = cProfile.Profile()
-    profile.enable()
-    started = time.perf_counter()
-    for _ in range(turns):
-        turn()
-    elapsed = time.perf_counter() - started
-    profile.disable()
-    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    out: dict[str, float] = {}
-    for part, functions in PARTS.items():
-        total = 0.0
-        for (filename, _line, name), (_cc, _nc, _tt, ct, _callers) in stats.items():
-            if any(filename.endswith(f) and name == n for f, n in functions):
-                total += ct
-        out[part] = total / elapsed
-    out["everything else in the loop"] = max(0.0, 1 - sum(out.values()))
+    def __init__(self) -> None:
+        self.turn: dict[str, float] = {}
+        self._stack: list[list[Any]] = []  # [step, time in nested steps]
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, owner: Any, attr: str, step: str, cpu: bool = False) -> None:
+        import functools
+
+        if isinstance(owner, type):  # as defined (a staticmethod stays one), on the class or a base
+            original = next(k.__dict__[attr] for k in owner.__mro__ if attr in k.__dict__)
+            own = attr in owner.__dict__
+        else:
+            original, own = getattr(owner, attr), True
+        static = isinstance(original, staticmethod)
+        target = original.__func__ if static else original
+        stack, clock, cpu_clock = self._stack, time.perf_counter, time.process_time
+
+        @functools.wraps(target)
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            if stack and stack[-1][0] == step:  # a step calling itself: counted once
+                return target(*args, **kwargs)
+            frame = [step, 0.0]
+            stack.append(frame)
+            started, cpu_started = clock(), cpu_clock() if cpu else 0.0
+            try:
+                return target(*args, **kwargs)
+            finally:
+                spent = clock() - started
+                stack.pop()
+                self.turn[step] = self.turn.get(step, 0.0) + spent - frame[1]
+                if cpu:
+                    self.turn[step + " (CPU)"] = self.turn.get(step + " (CPU)", 0.0) + cpu_clock() - cpu_started
+                if stack:
+                    stack[-1][1] += spent
+
+        self._undo.append((owner, attr, original if own else None))
+        setattr(owner, attr, staticmethod(timed_call) if static else timed_call)
+
+    def restore(self) -> None:
+        for owner, attr, original in reversed(self._undo):
+            if original is None:
+                delattr(owner, attr)  # it was inherited
+            else:
+                setattr(owner, attr, original)
+
+
+def step_breakdown(model_url: str, turns: int = 60) -> dict[str, Any]:
+    """Median µs per turn of each step of ours (wall, in process: no step but HTTP waits on anything), the
+    floor's HTTP beside it, and both turns untimed (ours and the floor taking turns, then the same timed)."""
+    import importlib
+
+    services, turn = our_agent(model_url)
+    floor = floor_turn(model_url)
+    plain: dict[str, list[float]] = {"ours": [], "floor": []}
+    for i in range(turns + 5):
+        for who, fn in (("ours", turn), ("floor", floor)):
+            started = time.perf_counter()
+            fn()
+            if i >= 5:
+                plain[who].append((time.perf_counter() - started) * 1e6)
+    timer = _StepTimer()
+    for step, functions in STEPS.items():
+        for module, path in functions:
+            owner: Any = importlib.import_module(module)
+            *outer, attr = path.split(".")
+            for name in outer:
+                owner = getattr(owner, name)
+            timer.wrap(owner, attr, step, cpu=step.startswith("HTTP"))
+    services.agent.now = _bound(services.agent.now)  # an instance attribute, wrapped on the instance
+    timer.wrap(services.agent, "now", "clocks (timestamps)")
+    timer.wrap(services.agent, "run_turn", OTHER)
+    per_turn: dict[str, list[float]] = {}
+    try:
+        for i in range(turns + 5):
+            for who, fn in (("ours", turn), ("floor", floor)):
+                timer.turn = {}
+                fn()
+                if i >= 5:
+                    for step, seconds in timer.turn.items():
+                        per_turn.setdefault(f"{who}: {step}", []).append(seconds * 1e6)
+    finally:
+        timer.restore()
+    out: dict[str, Any] = {k: median(v) for k, v in per_turn.items()}
+    out["_plain_us"] = median(plain["ours"])  # without the timers
+    out["_floor_us"] = median(plain["floor"])
+    out["_timed_us"] = sum(v for k, v in out.items() if k.startswith("ours: ") and not k.endswith("(CPU)"))
     return out
+
+
+def _bound(fn: Callable[[], str]) -> Callable[[], str]:
+    return lambda: fn()

@@ -37,7 +37,16 @@ def summary(results: dict[str, Any]) -> str:
         chat = s["chat"].median("total_ms")
         base = chat / s["base"].median("total_ms")
         peer = chat / s["fastest"].median("total_ms") if s["fastest"] else None
-        rows.append(["cold start: chat ≤ 1.3× a bare boto3 handler", f"{base:.2f}×", _verdict(base, 1.3)])
+        imported = s["chat"].median("import_ms") / s["base"].median("import_ms")
+        floor = s["floor"].median("import_ms") / s["base"].median("import_ms") if s["floor"] else None
+        rows.append(
+            [
+                "cold start: the chat import ≤ 1.3× a bare boto3 handler's import",
+                f"{imported:.2f}× (import + first event: {base:.2f}×"
+                + (f"; its libraries alone: {floor:.2f}×)" if floor else ")"),
+                _verdict(imported, 1.3),
+            ]
+        )
         name = s["fastest"].name if s["fastest"] else "—"
         rows.append(
             [f"cold start: chat ≤ 0.5× the fastest peer ({name})", f"{peer:.2f}×" if peer else "—", _verdict(peer, 0.5)]
@@ -54,11 +63,12 @@ def summary(results: dict[str, Any]) -> str:
             )
     if "loop" in results:
         r = _loop_ratios(results)
+        worse = max(r["floor_wall"], r["floor_cpu"])
         rows.append(
             [
-                "loop: ≤ 1.2× the raw httpx floor (wall / CPU)",
+                "loop: ≤ 1.5× the raw httpx floor, wall and CPU",
                 f"{r['floor_wall']:.2f}× / {r['floor_cpu']:.2f}×",
-                _verdict(r["floor_wall"], 1.2),
+                _verdict(worse, 1.5) + (" (what each remaining step costs: the loop section)" if worse > 1.5 else ""),
             ]
         )
         peer_wall, peer_cpu = r["peer_wall"], r["peer_cpu"]
@@ -96,6 +106,19 @@ def summary(results: dict[str, Any]) -> str:
                 "AWS: nothing near the 400 KB item limit",
                 f"largest item {results['aws']['largest_item_kb']:.1f} KB",
                 "**met**",
+            ]
+        )
+    if "cost" in results:
+        from bench.cost import priced
+
+        seed = next(s for s in results["cost"]["scenarios"] if s["name"].startswith("seed"))
+        row = priced(results["cost"])["scenarios"][seed["name"]]
+        ratio = row["infra"] / row["model"]
+        rows.append(
+            [
+                "cost: AWS under 2 % of the model's cost (seed scenario, Claude Sonnet)",
+                f"{ratio:.2%} (USD {row['infra'] * 1000:.3f} per 1,000 turns; {row['share']:.2%} of the total)",
+                "**met**" if ratio < 0.02 else f"**not met** (gap: {ratio / 0.02:.1f}× the target)",
             ]
         )
     rows.append(
@@ -143,13 +166,12 @@ The chat handler does more on its first event than the baseline and the peers: i
 loads and repairs the history, writes ahead five transactions with audit rows, calls the model three
 times and verifies a JWT. Of its {chat.median("total_ms"):.0f} ms, {chat.median("cpu_ms"):.0f} ms are its own CPU
 (the baseline's: {base.median("cpu_ms"):.0f} ms) and {wait:.0f} ms are waiting, mostly on moto's ten answers.
-What stands between the chat handler and 1.3× the baseline is import work, which the breakdown
-below itemises: Powertools' event handler with OpenAPI validation, pydantic, pyjwt with
-cryptography and httpx each cost a few tens to a couple of hundred milliseconds on top of boto3,
-and our own modules about as much as pydantic. Each is a rule of the guide (Powertools for routing
-and validation, pydantic for schemas, pyjwt for tokens, httpx for HTTP); replacing them with
-hand-written code to win the ratio is the trade this project declines. SnapStart (below) is the
-lever that takes the import out of the request path.
+The target is on the import, with import + first event beside it. {_floor(s)} The breakdown below
+itemises the import: Powertools' resolver with OpenAPI validation, pydantic, pyjwt with cryptography and
+boto3 each cost tens to a couple of hundred milliseconds. Each is a rule of the guide (Powertools for routing
+and validation, pydantic for schemas, pyjwt for tokens); replacing them with hand-written code to win the
+ratio is the trade this project declines. SnapStart (below) is the lever that takes the import out of the
+request path.
 
 *chat, as a plain `sam build` ships it (no .pyc)*: {_no_pyc(s)}
 
@@ -160,6 +182,26 @@ hook (reseeding) and the first event. Lambda's own restore latency is not includ
 measured here, and the baseline would gain from SnapStart too — so this row says how much of our
 cold start SnapStart can take away, not that we beat a restored baseline. Its "import" column is
 import + priming."""
+
+
+def _floor(s: dict[str, Any]) -> str:
+    lib = s.get("floor")
+    if lib is None:
+        return "The libraries-only row was not measured in this run."
+    base, chat, floor = (v.median("import_ms") for v in (s["base"], s["chat"], lib))
+    room = 1.3 * base - floor
+    reach = (
+        "1.3× is out of reach while those libraries stay (the issue keeps them)"
+        if room <= 0
+        else f"under 1.3× that leaves our own modules {room:,.0f} ms"
+    )
+    return f"""The *libraries only* row is the floor under it: what the chat handler keeps (boto3, Powertools'
+Logger, Metrics and HTTP resolver with validation, a pydantic model, pyjwt with cryptography), none of our code,
+the DynamoDB client built on the first event as the chat handler builds it. Its import is {floor / base:.2f}× the
+baseline's here (whose import builds its client): {reach}. The chat handler's own modules (routes and their
+models, stores, settings, auth, observability) add {chat - floor:,.0f} ms to that floor, every one of them used by
+its first request; the largest is the settings model (support_agent/config.py, about a third of our modules'
+self time under `-X importtime`)."""
 
 
 def _no_pyc(s: dict[str, Any]) -> str:
@@ -214,14 +256,63 @@ Reductions made (all tests green):
 * `PYDANTIC_DISABLE_PLUGINS=__all__` in the template's Globals: no plugin is used, and pydantic
   otherwise scans every installed distribution's metadata for one at the first model build
   (~20 ms in a dev venv; less in a Lambda layer with fewer packages);
-* with SnapStart, the chat handler primes its services in a before-snapshot hook (row above).
+* with SnapStart, the chat handler primes its services in a before-snapshot hook (row above);
+* Powertools' `event_handler` package imports every resolver it offers (AppSync pulls in asyncio) and
+  `utilities.data_classes` every event class (~30 modules), for a function that uses one of each: the
+  layer's `support_agent/api/__init__.py` makes both packages lazy (`api/lazy_packages.py`: a package whose
+  `__init__` only re-exports names gets each name imported on first use), ~30 ms of the chat import and
+  ~80 modules fewer;
+* the response models (~40 pydantic classes) only describe answers in the OpenAPI document: the chat and
+  events routes name them (`api/route_docs.py`) and the document builder puts the classes in, so those
+  functions never import `api/responses.py` (~15-25 ms);
+* httpx imports its command-line client whenever click is installed, which the MCP SDK brings into the
+  layer, and gives it up without rich: `llm/factory.py` blocks that import (~20 ms of the first model
+  call); the Bedrock adapter no longer imports the Anthropic one (the Messages API's wire format is
+  `llm/messages_api.py`), so a Bedrock function imports no HTTP client at all.
+  `tests/unit/test_chat_import.py` asserts, in a fresh interpreter, what the chat import leaves out.
 
-Seen, not changed: Powertools' `event_handler` package imports every resolver it offers (AppSync
-pulls in asyncio, ~65 ms under `-X importtime`) even when a function uses only the HTTP API one; the
-layer carries its own botocore (aws-xray-sdk requires it), which shadows the runtime's.
+Seen, not changed: the layer carries its own botocore (aws-xray-sdk requires it), which shadows the
+runtime's; importing boto3 imports s3transfer (and multiprocessing with it), which the baseline pays too;
+pydantic's plugin loader imports `importlib.metadata` at the first model build even with plugins disabled.
 
 Made in the build: `make build` precompiles the layer and the functions for the runtime's Python
 (the "no .pyc" row above is what a plain `sam build` would deploy)."""
+
+
+def _loop_steps(results: dict[str, Any], r: dict[str, Any]) -> str:
+    """Where ours exceeds the floor, step by step, and whether the loop target is within reach of what remains."""
+    worse = max(r["floor_wall"], r["floor_cpu"])
+    head = f"Ours costs {r['floor_wall']:.2f}× the floor in wall time and {r['floor_cpu']:.2f}× in CPU (target: 1.5×)."
+    steps = results["loop"].get("_steps")
+    if not steps:
+        return head
+    _, s = loop_rows(results)
+    ours_us, floor_us = statistics.median(s["ours"]["wall"]) * 1000, statistics.median(s["floor"]["wall"]) * 1000
+    ours = {k.removeprefix("ours: "): v for k, v in steps.items() if k.startswith("ours: ")}
+    http = next(k for k in ours if k.startswith("HTTP") and not k.endswith("(CPU)"))
+    floor_http = steps.get(f"floor: {http}", ours[http])
+    stand_in = next((v for k, v in ours.items() if "stand-in" in k), 0.0)
+    work = {k: v for k, v in ours.items() if k != http and "(CPU)" not in k and "stand-in" not in k}
+
+    def part(prefix: str) -> float:
+        return sum(v for k, v in work.items() if k.startswith(prefix))
+
+    largest = "; ".join(f"{k} {v:.0f}" for k, v in sorted(work.items(), key=lambda kv: -kv[1])[:6])
+    text = f"""{head} The HTTP exchange costs ours about what it costs the floor ({ours[http]:.0f} vs
+{floor_http:.0f} µs a turn, in process); the rest of ours, {sum(work.values()):.0f} µs a turn as timed (the
+timers add a little: the steps sum to {steps["_timed_us"]:.0f} µs, the untimed turn takes
+{steps["_plain_us"]:.0f}), is the work the floor leaves out and the rules require (ARCHITECTURE.md).
+The largest, in µs a turn: {largest}. The stand-in store adds {stand_in:.0f} µs of the bench's own."""
+    if worse <= 1.5:
+        return text
+    allowed = max(0.0, 0.5 * floor_us - max(0.0, ours[http] - floor_http))
+    return f"""{text} Within 1.5× all of that work would have to fit in about {allowed:.0f} µs (half the
+floor's {floor_us:.0f} µs turn): the six log lines alone take {part("logs"):.0f} µs (Powertools' JSON
+formatter, the same per line in any handler of ours), the stores' five transactions and the audit
+chain {part("persistence") + part("audit"):.0f} µs, the metrics {part("metrics"):.0f} µs. So 1.5× is
+not reachable while the loop logs, audits, fences, validates and persists as the rules say; what
+remains is the measured floor of that work: {(ours_us - stand_in) / floor_us:.2f}× the floor's wall time
+once the stand-in's share is taken off ours."""
 
 
 def loop(results: dict[str, Any]) -> str:
@@ -235,21 +326,26 @@ runs unchanged; conditions are not evaluated). The *floor* hand-builds the same 
 no audit, no fences, no validation, no logs. Peers run in `bench/.venv-peers` against the same
 server, with in-memory tools; the anthropic SDK hand loop is `messages.create` in a loop. Each of
 our turns ends by flushing its metrics, as the handler's `@metrics.log_metrics` does per
-invocation (Powertools formats the whole pending set on every add, so an unflushed set would grow
-the cost of each metric turn after turn).
+invocation (Powertools formats a metric's pending values into a debug string on every add, so an
+unflushed set would grow the cost of each metric turn after turn).
 
-Ours costs {r["floor_wall"]:.2f}× the floor in wall time and {r["floor_cpu"]:.2f}× in CPU. The difference is
-the work the floor leaves out and the rules require (ARCHITECTURE.md): five write-ahead/results
-transactions serialized per turn, an audit row per tool call, fenced tool output, pydantic
-validation of tool input, structured logs and metrics per model call and tool call. The profile
-table shows their shares. Against a real model (1–10 s per call) all of it is well under 1% of a
-turn. Made earlier: `build_body` no longer deep-copies the whole history and every tool
-definition per request (top-level copies only; nothing nested is ever changed, and the body is
-encoded at once), which took the request-body share of a turn from ~8% to a few percent.
-Not done, and why: trimming the per-call log lines or the write-ahead would trade away the
-audit and crash-safety rules for milliseconds that the model's latency hides. The ratio to the
-fastest framework sits around the ⅓ target (0.33–0.40× across runs on this noisy 2-core machine),
-so whether one run meets it is within the noise.
+{_loop_steps(results, r)}
+
+Made, in the loop and what it calls (issue 21): a turn's metrics are tallied and added to the EMF set
+once when it ends (counts summed, `ModelLatency` one value per call: the alarms' and the dashboard's
+math unchanged), 23 → 12 `add_metric` per turn; the request history is merged, scanned for tool_use ids
+and estimated as messages arrive, not rebuilt per iteration, and the budget's cut is not searched while
+the whole history fits; `to_item` writes str, int and bool attributes itself instead of through boto3's
+`TypeSerializer` (about 150 attributes a turn, 6× faster); the one Logger no longer has Powertools try
+`json.loads` on every event name (a decode error raised and caught per line, a sixth of its cost); the
+results message and its audit rows take one timestamp. In the bench: the stand-in no longer deep-copies
+items nor runs regular expressions per item (its cost was counted as ours). Earlier: `build_body` no
+longer deep-copies the whole history and every tool definition per request.
+Not done, and why: trimming the per-call log lines or the write-ahead would trade away the audit and
+crash-safety rules for microseconds that the model's latency hides (against a real model, 1–10 s per
+call, all of the loop's own work is well under 1% of a turn). The ratio to the fastest framework sits
+around the ⅓ target across runs on this noisy 2-core machine, so whether one run meets it is within
+the noise.
 The full path on DynamoDB (moto server) is reported apart: moto's own per-request cost dominates it
 and says nothing about DynamoDB's latency."""
 
@@ -367,6 +463,49 @@ What it means:
   gets 429 `rate_limited` (lists and views count against it too). At that limit the {lim["concurrency"]} readers
   that can wait at once would send {lim["busy_clients_rate_per_second"]:.0f} requests/s,
   {lim["busy_clients_rate_per_second"] / lim["rate"]:.0%} of the API's steady rate{fill}. {per_route}"""
+
+
+def cost(results: dict[str, Any]) -> str:
+    from bench.cost import priced
+
+    c = results["cost"]
+    p = priced(c)
+    a = p["prices"]["assumptions"]
+    long = next((s for s in c["scenarios"] if s["model_function"] == "TurnWorkerFunction"), None)
+    waiting = (
+        "the feed section's measured minute of waiting (polls, reads, the rate counter, GB-seconds at the events "
+        "function's memory), for as long as the model works"
+        if long and long.get("feed_wait")
+        else "not included: the feed section was not measured"
+    )
+    return f"""How it is measured: `bench/cost.py` starts the local stack (`devstack/local.py`: every function in
+processes of its own with its deployed environment, the template's queues, stream and state machine wired as
+on AWS) and plays each scenario over HTTP as a page and a lead would, once unmeasured so that every function
+has built its clients, then once measured. Each function's process counts its own AWS requests with botocore
+hooks (`bench/cost_probe.py`): DynamoDB request units by item size (reads per 4 KB, half when eventually
+consistent; writes per 1 KB, the larger of the item before and after; twice in a transaction, condition checks
+priced as transactional writes), SQS and SNS requests per 64 KB, S3 and anything else. Invocations are timed
+where they are made; Step Functions' state transitions come from the executions' histories; API Gateway
+requests are the invocations of the functions behind the HTTP API, and an SQS-triggered invocation adds
+Lambda's receive and batch delete. A scenario ends when nothing has run for 3 s.
+
+Lambda bills the time a function waits on the model, which the simulated model does not take: each turn's model
+time, {a["model_first_token_seconds"]} s per call plus its output tokens at {a["model_output_tokens_per_second"]}
+per second (an assumption, written in the prices file with the reason), is added to the function that makes the
+calls, and the long turn's page waiting on the event feed costs {waiting}. The model's cost is the turn's own
+token counts at {a["model"]}'s list price. The simulated model reports no prompt-cache reads, so its input
+tokens are all billed at the full rate: with caching the model's cost per turn is lower by up to the share of
+input that repeats (the system prompt and the tools), and the AWS share rises in proportion.
+
+Not counted: CloudWatch Logs ingestion and X-Ray traces (the functions log JSON lines and trace with the
+default sampling), data transfer, storage, Lambda's billed init time on a cold start, and the idle receives of
+Lambda's SQS pollers (a fixed cost per queue, not per turn). The scheduled functions' cost is per month and
+does not grow with turns; one run each on a quiet stack is shown, and their reads grow with what they find.
+
+The audit chain adds no DynamoDB request: each audit row goes in the transaction of the step it records (its
+bytes are in that transaction's write units), and Lambda reads the table's stream for the audit watcher and
+the sealer at no charge. What the audit trail does add is those two functions' invocations and the sealer's
+S3 writes (their rows above, and the S3 line)."""
 
 
 STATIC = """## SnapStart

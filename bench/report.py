@@ -77,7 +77,8 @@ def cold_summary(results: dict[str, Any]) -> dict[str, Any]:
     peers = [v for v in vs if v.group == "peer"]
     fastest = min(peers, key=lambda v: v.median("total_ms")) if peers else None
     chat = next(v for v in vs if v.name == "chat")
-    return {"variants": vs, "base": base, "fastest": fastest, "chat": chat}
+    floor = next((v for v in vs if v.group == "floor"), None)  # the libraries the chat handler keeps, alone
+    return {"variants": vs, "base": base, "fastest": fastest, "chat": chat, "floor": floor}
 
 
 def cold_table(results: dict[str, Any]) -> str:
@@ -207,13 +208,37 @@ def loop_table(results: dict[str, Any]) -> str:
         f"**Loop overhead** (median of {results['turns']} turns after warm-up; "
         "CPU = this process only, the server runs apart)\n\n" + md(head, rows)
     )
-    profile = results["loop"].get("_profile")
-    if profile:
+    steps = results["loop"].get("_steps")
+    if steps:
+        table += "\n\n" + steps_table(steps)
+    elif profile := results["loop"].get("_profile"):  # saved by a run before the step timers
         parts = sorted(profile.items(), key=lambda kv: -kv[1])
         table += "\n\n**Where our turn's time goes** (cProfile, 30 turns; shares)\n\n" + md(
             ["part", "share"], [[k, f"{v:.0%}"] for k, v in parts]
         )
     return table
+
+
+def steps_table(steps: dict[str, Any]) -> str:
+    """Each step of our turn in µs (bench/loop.py `step_breakdown`), the floor's HTTP beside ours."""
+    ours = {k.removeprefix("ours: "): v for k, v in steps.items() if k.startswith("ours: ")}
+    floor = {k.removeprefix("floor: "): v for k, v in steps.items() if k.startswith("floor: ")}
+    timed = steps["_timed_us"]
+    rows: list[list[Any]] = []
+    for step, us in sorted(ours.items(), key=lambda kv: -kv[1]):
+        if step.endswith(" (CPU)"):
+            continue
+        rows.append([step, round(us), round(floor[step]) if step in floor else "—", f"{us / timed:.0%}"])
+        if f"{step} (CPU)" in ours:  # the HTTP step: the rest of its time is the server's
+            cpu = f"{step} (CPU)"
+            rows.append(["  of which CPU", round(ours[cpu]), round(floor[cpu]) if cpu in floor else "—", ""])
+    rows.append(["**the turn, timers off** (median)", round(steps["_plain_us"]), round(steps["_floor_us"]), ""])
+    rows.append(["the turn, timers on (sum of the steps)", round(timed), "", "100%"])
+    return (
+        "**Where our turn's time goes** (median µs per turn of each step: a perf_counter pair around each step's "
+        "functions, a step's time without the steps it calls; only the HTTP step waits on anything, so every "
+        "other step's wall time is its CPU time)\n\n" + md(["step", "ours µs", "floor µs", "share of ours"], rows)
+    )
 
 
 # -- AWS calls ------------------------------------------------------------------------------------
@@ -402,6 +427,86 @@ def feed_table(results: dict[str, Any]) -> str:
     )
 
 
+# -- what a turn costs -------------------------------------------------------------------------------------
+
+
+def cost_table(results: dict[str, Any]) -> str:
+    from bench.cost import priced
+
+    c = results["cost"]
+    p = priced(c)
+    prices, rows = p["prices"], p["scenarios"]
+    names = [s["name"] for s in c["scenarios"]]
+    a = prices["assumptions"]
+    summary = [
+        [
+            s["name"],
+            s["what"],
+            sum(sum(f["requests"].values()) for f in s["functions"].values()),
+            sum(f["invocations"] for f in s["functions"].values()),
+            f"{sum(rows[s['name']]['gb_seconds'].values()):.2f}",
+            f"{rows[s['name']]['infra'] * 1000:.3f}",
+            f"{rows[s['name']]['model'] * 1000:.2f}",
+            f"{rows[s['name']]['infra'] / rows[s['name']]['model']:.2%}" if rows[s["name"]]["model"] else "—",
+            f"{rows[s['name']]['share']:.2%}",
+        ]
+        for s in c["scenarios"]
+    ]
+    items = [[item] + [f"{rows[n]['items'][item] * 1000:.4f}" for n in names] for item in rows[names[0]]["items"]]
+    items.append(["**AWS in all**"] + [f"**{rows[n]['infra'] * 1000:.4f}**" for n in names])
+    items.append(
+        [f"the model ({a['model']}, from the turn's tokens)"] + [f"{rows[n]['model'] * 1000:.2f}" for n in names]
+    )
+    functions = []
+    for s in c["scenarios"]:
+        for fn, f in sorted(s["functions"].items()):
+            asked = ", ".join(f"{op} {n}" for op, n in sorted(f["requests"].items())) or "—"
+            functions.append(
+                [
+                    s["name"].split(" (")[0],
+                    f"{fn} ({c['memory'][fn]} MB)",
+                    f["invocations"],
+                    f"{f['seconds'] * 1000:,.0f}",
+                    f"{rows[s['name']]['gb_seconds'].get(fn, 0):.3f}",
+                    asked,
+                    f"{f['rru']:g}",
+                    f"{f['wru']:g}",
+                ]
+            )
+    monthly = [[fn, f"{usd:.4f}"] for fn, usd in p["monthly"].items()]
+    monthly.append(["**scheduled functions in all**", f"**{sum(p['monthly'].values()):.4f}**"])
+    return (
+        f"**What a turn costs** ({prices['region']} on-demand list prices of {prices['date']}, "
+        f"bench/aws_prices.json; the model at {a['model']}'s list price, support_agent/pricing.py; "
+        f"{c['architecture']} functions)\n\n"
+        + md(
+            [
+                "scenario",
+                "what it does",
+                "AWS requests",
+                "Lambda invocations",
+                "GB-seconds (with the model's time)",
+                "AWS USD per 1,000",
+                "model USD per 1,000",
+                "AWS ÷ model",
+                "AWS share of the total",
+            ],
+            summary,
+        )
+        + "\n\n**USD per 1,000 of each scenario, by line item**\n\n"
+        + md(["line item", *names], items)
+        + "\n\n**Every function each scenario reaches** (measured on the local stack; GB-seconds add the model's "
+        f"time, {a['model_first_token_seconds']} s per call + output tokens at {a['model_output_tokens_per_second']}"
+        "/s, to the function that waits on it)\n\n"
+        + md(
+            ["scenario", "function (memory)", "invocations", "ms measured", "GB-s", "AWS requests", "RRU", "WRU"],
+            functions,
+        )
+        + "\n\n**Fixed cost: the scheduled functions on a quiet stack**, USD per 30-day month at their rates\n\n"
+        + md(["function", "USD per month"], monthly)
+    )
+
+
 # -- the document -------------------------------------------------------------------------------------
 
 
@@ -440,6 +545,7 @@ def write(results: dict[str, Any]) -> Path:
         ("cache", cache_table, narrative.cache),
         ("long", long_table, narrative.long),
         ("feed", feed_table, narrative.feed),
+        ("cost", cost_table, narrative.cost),
     ):
         if key in results:
             sections.append(table(results))
@@ -458,6 +564,7 @@ SECTION_NAMES = {
     "cache": "prompt cache",
     "long": "long conversations",
     "feed": "the event feed",
+    "cost": "what a turn costs",
 }
 
 

@@ -90,6 +90,8 @@ class RequestHistory:
         if len(out) > len(sizes) or out[-1] is not self._merged[-1]:  # pending added or merged into the last
             sizes = [*sizes[: len(out) - 1], budget.estimate_tokens(out[-1])]
             opens = [*opens[: len(out) - 1], budget.opens_turn(out[-1])]
+        if sum(sizes) <= budget_tokens:  # everything fits (a short conversation): nothing to cut
+            return out
         return budget.fit(out, budget_tokens, sizes, opens)
 
 

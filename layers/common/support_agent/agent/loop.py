@@ -238,6 +238,7 @@ class _Turn:
         usage: Usage | None = None,
         audit: list[AuditRecord] | None = None,
         title: str | None = None,
+        now: str | None = None,
     ) -> list[StoredMessage]:
         chained, audit_head = chain(self.audit_head, audit or [])
         with obs.span("persist", messages=len(messages), audit_rows=len(chained)):
@@ -246,7 +247,7 @@ class _Turn:
                 self.request_id,
                 self.next_seq,
                 messages,
-                now=self.agent.now(),
+                now=now or self.agent.now(),
                 usage=usage,
                 audit=chained,
                 title=title,
@@ -275,7 +276,7 @@ class _Turn:
             self.deadline,
         )
 
-    def _audit(self, use: Block, outcome: ToolOutcome, seq: int) -> AuditRecord:
+    def _audit(self, use: Block, outcome: ToolOutcome, seq: int, now: str) -> AuditRecord:
         """The call's row; it names the streams its effect wrote (an approval, a hand-off, a refund key), so
         the conversation's trail follows them (store/audit.py `conversation_trail`)."""
         result = outcome.result if isinstance(outcome.result, dict) else {}
@@ -290,7 +291,7 @@ class _Turn:
             actor=self.principal.sub,
             outcome=outcome.outcome,
             customer_id=self.customer_id,
-            created_at=self.agent.now(),
+            created_at=now,
             tool=str(use.get("name", ""))[:64],
             input=use.get("input"),
             output=outcome.result,
@@ -303,7 +304,8 @@ class _Turn:
         )
 
     def _store_results(self, pairs: list[tuple[Block, ToolOutcome]], seq: int) -> Message:
-        """One user message with every tool_result, plus one audit row per call, atomically."""
+        """One user message with every tool_result, plus one audit row per call, atomically (and at one time)."""
+        now = self.agent.now()
         content = [
             {
                 "type": "tool_result",
@@ -313,7 +315,8 @@ class _Turn:
             }
             for use, outcome in pairs
         ]
-        stored = self._append([{"role": "user", "content": content}], audit=[self._audit(u, o, seq) for u, o in pairs])
+        audit = [self._audit(u, o, seq, now) for u, o in pairs]
+        stored = self._append([{"role": "user", "content": content}], audit=audit, now=now)
         self.agent.checkpoint("after_results_write")
         return stored[0].as_message()
 
