@@ -2,7 +2,7 @@
 
 Environment: BENCH_REPORT_ONLY=1 (rewrite the document from the last run's saved results),
 BENCH_RUNS (cold-start runs per variant, default 5), BENCH_TURNS (timed loop turns,
-default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long,feed,cost).
+default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long,feed,cost,paths).
 
 A partial run (BENCH_ONLY naming fewer than every section) starts from the last run's saved results
 (bench/.results.pickle) and replaces only the sections it measures, so the document it writes keeps
@@ -23,7 +23,7 @@ from bench import report
 from bench.env import ROOT
 
 RESULTS = ROOT / "bench" / ".results.pickle"
-SECTIONS = ("cold", "imports", "loop", "aws", "cache", "long", "feed", "cost")
+SECTIONS = ("cold", "imports", "loop", "aws", "cache", "long", "feed", "cost", "paths")
 
 
 def _start(only: set[str], runs: int, turns: int) -> dict[str, Any]:
@@ -94,6 +94,11 @@ def main() -> None:
             if "cost" in only:  # the local stack in a process of its own; the feed's minute prices a waiting page
                 print("what a turn costs: three scenarios on the local stack ...", file=sys.stderr)
                 results["cost"] = cost.measure(results.get("feed"))
+            if "paths" in only:  # refunds, the audit chain and MCP here; the approved path and the hand-over apart
+                from bench import paths
+
+                print("the new paths: refunds, the audit chain, MCP, then the local stack ...", file=sys.stderr)
+                results["paths"] = paths.measure(w, turns)
         for section, table in (
             ("loop", report.loop_table),
             ("aws", report.aws_table),
@@ -101,6 +106,7 @@ def main() -> None:
             ("long", report.long_table),
             ("feed", report.feed_table),
             ("cost", report.cost_table),
+            ("paths", report.paths_table),
         ):
             if section in only and section in results:
                 report.show(table(results))

@@ -36,6 +36,7 @@ class Variant:
     event: Any  # a callable returning a fresh event, or a fixed one
     group: str  # ours | snapstart | nopyc | baseline | floor | peer
     runs: list[dict[str, Any]] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # over the function's deployed environment
 
     def median(self, key: str) -> float:
         return statistics.median(r[key] for r in self.runs)
@@ -86,6 +87,15 @@ def variants(world: World) -> list[Variant]:
         ),
         Variant("mcp (tools/list)", OURS, ROOT / "functions/mcp/app.py", "McpFunction", mcp_event, "ours"),
         Variant(
+            "chat, MCP_SERVERS set (an outside server's tools/list on the first event)",
+            OURS,
+            ROOT / "functions/chat/app.py",
+            "ChatFunction",
+            chat_event,
+            "ours",
+            env={"MCP_SERVERS": _outside_servers(world)},
+        ),
+        Variant(
             "approvals",
             OURS,
             ROOT / "functions/approvals/app.py",
@@ -132,6 +142,25 @@ def variants(world: World) -> list[Variant]:
         ):
             out.append(Variant(name, PEERS_PYTHON, HANDLERS / f"{module}.py", None, chat_event, "peer"))
     return out
+
+
+_OUTSIDE: str | None = None
+
+
+def _outside_servers(world: World) -> str:
+    """MCP_SERVERS naming devstack's carrier stub, started once per run (its token stored in moto's Secrets
+    Manager, where the chat function reads it): the committed configuration, pointed at the stub."""
+    global _OUTSIDE
+    if _OUTSIDE is None:
+        import boto3
+
+        from devstack.carrier_mcp import local_servers, start_for_dev
+
+        secrets = boto3.Session(region_name="us-east-1").client("secretsmanager", endpoint_url=world.moto_url)
+        stub = start_for_dev({"CARRIER_PORT": "0"}, secrets)
+        atexit.register(stub.stop)
+        _OUTSIDE = json.dumps(local_servers(stub.url))
+    return _OUTSIDE
 
 
 def _approval_queue_event(world: World) -> dict[str, Any]:
@@ -199,6 +228,7 @@ def run_once(world: World, v: Variant) -> dict[str, Any]:
         flags = ["-S"]
     if v.group == "snapstart":
         env["BENCH_SNAPSTART"] = "1"
+    env.update(v.env)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(event, fh)
     started = time.perf_counter()

@@ -508,6 +508,52 @@ the sealer at no charge. What the audit trail does add is those two functions' i
 S3 writes (their rows above, and the S3 line)."""
 
 
+def paths(results: dict[str, Any]) -> str:
+    from bench.paths import handover_added
+
+    p = results["paths"]
+    r, approved, h, m = p["refunds"], p["stack"]["approved"], p["stack"]["handover"], p["mcp"]
+    t = p["audit"]["turns"][-1]
+    slow = r["300"]["wall_ms"] - r["0"]["wall_ms"]
+    rows = handover_added(p["stack"]["read_only"]["functions"], h["functions"])
+    added = sum(handed - sync for _, sync, handed in rows[:-1])  # the last row counts invocations
+    aws = sum(sum(f["requests"].values()) for f in approved["functions"].values())
+    cold = {v.name: v.median("total_ms") for v in results.get("cold", [])}
+    outside = cold.get("chat, MCP_SERVERS set (an outside server's tools/list on the first event)")
+    mcp_cold = (
+        f" With `MCP_SERVERS` set the chat function's cold start is {outside / cold['chat']:.2f}× the plain one's "
+        "(the SDK's import and the first event's `tools/list`, with the credential read from Secrets Manager)."
+        if outside and "chat" in cold
+        else ""
+    )
+    wru = (
+        f"{t['wru_with']:g} WRU per turn either way: at this size a row stays within its 1 KB write unit"
+        if t["wru_with"] == t["wru_without"]
+        else f"{t['wru_with']:g} WRU per turn against {t['wru_without']:g} without it"
+    )
+    return f"""How it is measured: `bench/paths.py` in the bench's process on the moto server (the refund tool, the
+audit chain, and bench/tool_paths.py for MCP), and `bench/paths_stack.py` on the local stack, counted as the cost
+section counts (bench/cost.py's `Recorder`).
+
+* **Payments**: a direct refund is {sum(r["0"]["aws"].values())} AWS requests and {r["0"]["provider_requests"]:g}
+  provider request whatever the provider's latency, but the chat function waits for it: +300 ms per provider
+  request adds {slow:.0f} ms to the tool call, and to the turn Lambda bills. The approved path takes the provider
+  out of the turn: {aws} AWS requests, {approved["transitions"]} state transitions and
+  {len(approved["provider_requests"])} provider request(s) per refund, in RefundFlow's payment step and the webhooks.
+* **The hand-over**: {h["median"]["total_ms"]:.0f} ms from the SendMessage to the worker's first model call on the
+  local stack, of which {h["median"]["poller_ms"]:.0f} ms is the local poller (moto's long poll and a warm worker
+  process: on AWS it is Lambda's SQS event source, not measured here) and {h["median"]["worker_ms"]:.0f} ms the
+  worker's own start (the take-over transaction, the history read). It adds {added:+d} AWS requests to the turn
+  (Lambda's poller included) and one invocation. What the waiting page costs is the event feed section's.
+* **MCP**: a tool call through the in-process MCP client takes {m["call_us"]["mcp"]:,.0f} µs against the
+  registry's {m["call_us"]["registry"]:,.0f} µs; over a whole turn with the instant model that is
+  {m["turn_ms"]["mcp"] / m["turn_ms"]["registry"]:.2f}× — against a real model's seconds, nothing. An outside
+  server's `tools/call` is {m["outside"]["call_ms"]:.0f} ms on this machine (one SDK session per call).{mcp_cold}
+* **The audit chain** asks for nothing of its own: its rows are Puts in the transaction of the step they record
+  and the head a SET in that transaction's lease update ({t["head_updates"]} per turn). Its attributes add
+  {t["chain_bytes"]:.0f} bytes to a {t["row_bytes"]:.0f}-byte audit row: {wru}."""
+
+
 STATIC = """## SnapStart
 
 `EnableSnapStart=true` (template parameter, default `false`) turns on Lambda SnapStart for
@@ -538,7 +584,7 @@ through `snapshot_restore_py`, which exists only in the Lambda runtime and is im
 
 * `make bench` creates `bench/.venv-peers` (git-ignored) on first use and installs the peers there
   from PyPI (`bench/requirements-peers.txt`) — never into `.venv` — then runs `python -m bench`.
-  `BENCH_RUNS`, `BENCH_TURNS` and `BENCH_ONLY=cold,imports,loop,aws,cache,long,feed` adjust a run.
+  `BENCH_RUNS`, `BENCH_TURNS` and `BENCH_ONLY=cold,imports,loop,aws,cache,long,feed,cost,paths` adjust a run.
   A partial run (`BENCH_ONLY` naming some sections) starts from the last run's saved results
   (`bench/.results.pickle`, git-ignored) and replaces only what it measured, so this file keeps every
   other section (and its header says what was measured again, when); `BENCH_REPORT_ONLY=1` rewrites
@@ -546,13 +592,14 @@ through `snapshot_restore_py`, which exists only in the Lambda runtime and is im
 * `bench/env.py` starts the moto server and the instant model as subprocesses and deploys
   template.yaml into moto; `bench/coldstart.py` + `bench/cold_child.py` + `bench/handlers/`;
   `bench/loop.py` + `bench/peer_loops.py`; `bench/aws.py` + `bench/calls.py`; `bench/cache.py`;
-  `bench/long.py`; `bench/feed.py` (the event feed); `bench/report.py` and `bench/narrative.py` write
-  this file.
+  `bench/long.py`; `bench/feed.py` (the event feed); `bench/paths.py` + `bench/paths_stack.py` +
+  `bench/tool_paths.py` (the new paths; tables in `bench/paths_report.py`); `bench/report.py` and
+  `bench/narrative.py` write this file.
 * In `make test`, not timed: `tests/unit/test_prompt_cache.py` (prefix stability),
   `tests/integration/test_aws_calls.py` (AWS requests per turn, item sizes),
   `tests/unit/test_budget.py` (history budget), `tests/unit/test_snapstart.py`,
   `tests/integration/test_events_feed.py` (the feed's long poll answers early and empty at the wait's end),
-  `tests/unit/test_bench_feed.py` (the feed section's arithmetic).
+  `tests/unit/test_bench_feed.py` and `tests/unit/test_bench_paths.py` (the feed and paths sections' arithmetic).
 
 ## Peers
 

@@ -507,6 +507,12 @@ def cost_table(results: dict[str, Any]) -> str:
     )
 
 
+def paths_table(results: dict[str, Any]) -> str:
+    from bench.paths_report import table
+
+    return table(results)
+
+
 # -- the document -------------------------------------------------------------------------------------
 
 
@@ -546,6 +552,7 @@ def write(results: dict[str, Any]) -> Path:
         ("long", long_table, narrative.long),
         ("feed", feed_table, narrative.feed),
         ("cost", cost_table, narrative.cost),
+        ("paths", paths_table, narrative.paths),
     ):
         if key in results:
             sections.append(table(results))
@@ -565,6 +572,7 @@ SECTION_NAMES = {
     "long": "long conversations",
     "feed": "the event feed",
     "cost": "what a turn costs",
+    "paths": "the new paths",
 }
 
 
