@@ -24,7 +24,7 @@ from support_agent.approvals import notifier as notifier_module
 from support_agent.approvals.sweep import ApprovalSweeper
 from support_agent.config import get_settings
 from support_agent.ids import new_approval_id
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from tests.integration.conftest import BASE_ENV, load_handler
 from tests.support.approvals import put_pending_approval
 
@@ -60,7 +60,7 @@ class Env:
             "arrived broken",
         )
 
-    def approval(self, approval_id: str) -> dict[str, Any]:
+    def approval(self, approval_id: str) -> Approval:
         item = ApprovalStore(self.ddb, self.env["APPROVALS_TABLE"]).get(approval_id)
         assert item is not None
         return item
@@ -187,15 +187,15 @@ def test_partial_batch_failure_reports_exactly_the_failed_message_ids(env: Env) 
     (note,) = env.notifications()
     assert note["message"] == {
         "approvalId": good,
-        "orderId": env.approval(good)["order_id"],
+        "orderId": env.approval(good).order_id,
         "customerId": CUSTOMER,
         "amountCents": 18_900,
         "currency": "USD",
         "reason": "arrived broken",
-        "createdAt": env.approval(good)["created_at"],
+        "createdAt": env.approval(good).created_at,
     }
-    assert note["subject"] == f"Refund approval needed: order {env.approval(good)['order_id']}, 189.00 USD"
-    assert env.approval(good)["notified_at"]
+    assert note["subject"] == f"Refund approval needed: order {env.approval(good).order_id}, 189.00 USD"
+    assert env.approval(good).notified_at
     # Only the failed records are left for redelivery.
     left = env.receive()
     assert {r["messageId"] for r in left} == failed
@@ -257,8 +257,8 @@ def test_publish_failure_takes_the_claim_back_and_the_record_is_retried(
     wiring.reset()
 
     assert env.invoke(env.receive()) == {message_id}
-    assert "notified_at" not in env.approval(approval_id)
-    assert "notify_claim_until" not in env.approval(approval_id)  # taken back: no need to wait for it
+    assert env.approval(approval_id).notified_at is None
+    assert env.approval(approval_id).notify_claim_until is None  # taken back: no need to wait for it
     assert env.notifications() == []
 
     monkeypatch.setenv("LEADS_TOPIC_ARN", env.env["LEADS_TOPIC_ARN"])
@@ -268,7 +268,7 @@ def test_publish_failure_takes_the_claim_back_and_the_record_is_retried(
     assert records[0]["attributes"]["ApproximateReceiveCount"] == "2"
     assert env.invoke(records) == set()
     assert [n["message"]["approvalId"] for n in env.notifications()] == [approval_id]
-    assert env.approval(approval_id)["notified_at"]
+    assert env.approval(approval_id).notified_at
 
 
 def test_unclaim_only_removes_its_own_claim(env: Env) -> None:
@@ -277,10 +277,10 @@ def test_unclaim_only_removes_its_own_claim(env: Env) -> None:
     store = notifier.store
     assert store.claim_notification(approval_id, "2030-01-01T00:00:00.000Z", "2030-01-01T00:02:00.000Z")
     notifier.unclaim(approval_id, "2030-01-01T00:01:00.000Z")  # not ours: left alone
-    assert env.approval(approval_id)["notify_claim_until"] == "2030-01-01T00:02:00.000Z"
+    assert env.approval(approval_id).notify_claim_until == "2030-01-01T00:02:00.000Z"
     notifier.unclaim(approval_id, "2030-01-01T00:02:00.000Z")
-    assert "notify_claim_until" not in env.approval(approval_id)
-    assert "notified_at" not in env.approval(approval_id)
+    assert env.approval(approval_id).notify_claim_until is None
+    assert env.approval(approval_id).notified_at is None
 
 
 def test_decided_approvals_are_not_announced(env: Env) -> None:
@@ -290,7 +290,7 @@ def test_decided_approvals_are_not_announced(env: Env) -> None:
     env.send(json.dumps({"approvalId": approval_id}))
     env.drain()
     assert env.notifications() == []
-    assert "notified_at" not in env.approval(approval_id)
+    assert env.approval(approval_id).notified_at is None
 
 
 def test_the_clock_is_injectable(env: Env) -> None:
@@ -300,10 +300,10 @@ def test_the_clock_is_injectable(env: Env) -> None:
     notifier = notifier_module.ApprovalNotifier(base.store, boto3.client("sns"), base.topic_arn, lambda: at)
     assert notifier.notify(approval_id) is notifier_module.Outcome.PUBLISHED
     assert notifier.notify(approval_id) is notifier_module.Outcome.ALREADY_NOTIFIED
-    assert env.approval(approval_id)["notified_at"] == "2031-05-06T07:08:09.123Z"
-    assert "notify_claim_until" not in env.approval(approval_id)
+    assert env.approval(approval_id).notified_at == "2031-05-06T07:08:09.123Z"
+    assert env.approval(approval_id).notify_claim_until is None
     assert len(env.notifications()) == 1
-    assert env.approval(approval_id)["status"] == "PENDING"  # notifying decides nothing
+    assert env.approval(approval_id).status == "PENDING"  # notifying decides nothing
 
 
 # ------------------------------------------------------------------ at-least-once (a crash mid-way)
@@ -363,7 +363,7 @@ def test_a_redelivery_after_a_crash_between_claim_and_publish_publishes_once(env
     assert notifier_at(env, clock).notify(approval_id) is notifier_module.Outcome.ALREADY_NOTIFIED
     assert [n["message"]["approvalId"] for n in env.notifications()] == [approval_id]
     approval = env.approval(approval_id)
-    assert approval["notified_at"] == iso(clock.now) and "notify_claim_until" not in approval
+    assert approval.notified_at == iso(clock.now) and approval.notify_claim_until is None
 
 
 def test_the_sweep_re_enqueues_an_approval_whose_claim_expired_unpublished(env: Env) -> None:
@@ -390,5 +390,5 @@ def test_the_sweep_re_enqueues_an_approval_whose_claim_expired_unpublished(env: 
     env.drain()  # the deployed handler, as the event source mapping runs it
     mine = [n for n in env.notifications() if n["message"]["approvalId"] == approval_id]
     assert len(mine) == 1
-    assert env.approval(approval_id)["notified_at"]
+    assert env.approval(approval_id).notified_at
     assert approval_id not in sweep(clock.now + timedelta(hours=1))  # notified: never again

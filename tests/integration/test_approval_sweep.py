@@ -26,9 +26,9 @@ from support_agent.approvals import sweep as sweep_module
 from support_agent.approvals.flow import start_flow
 from support_agent.approvals.notifier import iso
 from support_agent.config import get_settings
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
-from support_agent.store.customer_data import CustomerDataStore
+from support_agent.store.customer_data import CustomerDataStore, Order
 from support_agent.store.dynamo import to_item, to_values
 from tests.integration.conftest import BASE_ENV, load_handler
 from tests.support.approvals import put_pending_approval
@@ -90,7 +90,7 @@ class Env:
         listed = self.sfn.list_executions(stateMachineArn=arn, maxResults=1000)["executions"]
         return [e for e in listed if e["name"].startswith(approval_id)]
 
-    def settled(self, approval_id: str, seconds: float = 20) -> dict[str, Any]:
+    def settled(self, approval_id: str, seconds: float = 20) -> Approval:
         """The approval once none of its executions runs any more."""
         until = time.monotonic() + seconds
         while any(e["status"] == "RUNNING" for e in self.executions(approval_id)):
@@ -103,22 +103,22 @@ class Env:
         self.set_reserved(approval_id, 0)
 
     def set_reserved(self, approval_id: str, reserved: int) -> None:
-        total = int(self.order(approval_id)["total_cents"])
+        total = int(self.order(approval_id).total_cents)
         self.ddb.update_item(
             TableName=self.env["CUSTOMER_DATA_TABLE"],
-            Key=to_item({"customer_id": CUSTOMER, "sk": f"ORDER#{self.approval(approval_id)['order_id']}"}),
+            Key=to_item({"customer_id": CUSTOMER, "sk": f"ORDER#{self.approval(approval_id).order_id}"}),
             UpdateExpression="SET reserved_cents = :r, available_cents = :a",
             ExpressionAttributeValues=to_values({":r": reserved, ":a": total - reserved}),
         )
 
-    def approval(self, approval_id: str) -> dict[str, Any]:
+    def approval(self, approval_id: str) -> Approval:
         item = self.store.get(approval_id)
         assert item is not None
         return item
 
-    def order(self, approval_id: str) -> dict[str, Any]:
+    def order(self, approval_id: str) -> Order:
         order = CustomerDataStore(self.ddb, self.env["CUSTOMER_DATA_TABLE"]).get_order(
-            CUSTOMER, int(self.approval(approval_id)["order_id"])
+            CUSTOMER, int(self.approval(approval_id).order_id)
         )
         assert order is not None
         return order
@@ -167,10 +167,10 @@ def test_expiry_releases_the_reservation(env: Env) -> None:
 
     assert (result.expired, result.requeued, result.conflicts, result.errors) == (1, 0, 0, 0)
     expired = env.approval(stale)
-    assert expired["status"] == "EXPIRED"
-    assert (expired["decided_by"], expired["decided_at"]) == ("system:sweep", iso(NOW))
+    assert expired.status == "EXPIRED"
+    assert (expired.decided_by, expired.decided_at) == ("system:sweep", iso(NOW))
     order = env.order(stale)
-    assert (order["available_cents"], order["reserved_cents"], order["refunded_cents"]) == (18_900, 0, 0)
+    assert (order.available_cents, order.reserved_cents, order.refunded_cents) == (18_900, 0, 0)
     audit = AuditStore(env.ddb, env.env["AUDIT_TABLE"]).list_stream(f"approval#{stale}")
     # The approval's stream: its request (the tool's reservation), then the sweep's decision.
     assert [(a["action"], a["actor"], a["outcome"]) for a in audit][1:] == [
@@ -178,14 +178,14 @@ def test_expiry_releases_the_reservation(env: Env) -> None:
     ]
     assert audit[-1]["customer_id"] == CUSTOMER
     # The fresh one is untouched: still pending, its amount still reserved.
-    assert env.approval(fresh)["status"] == "PENDING"
-    assert (env.order(fresh)["available_cents"], env.order(fresh)["reserved_cents"]) == (0, 18_900)
+    assert env.approval(fresh).status == "PENDING"
+    assert (env.order(fresh).available_cents, env.order(fresh).reserved_cents) == (0, 18_900)
     assert env.queued() == []
 
     # Sweeping again changes nothing (no double release).
     again = env.sweeper().run()
     assert (again.expired, again.scanned) == (0, 1)
-    assert env.order(stale)["available_cents"] == 18_900
+    assert env.order(stale).available_cents == 18_900
 
 
 def test_an_unnotified_old_pending_is_enqueued_again(env: Env) -> None:
@@ -198,7 +198,7 @@ def test_an_unnotified_old_pending_is_enqueued_again(env: Env) -> None:
     assert (result.expired, result.requeued) == (0, 1)
     assert env.queued() == [{"approvalId": lost}]
     for approval_id in (lost, in_flight, notified):
-        assert env.approval(approval_id)["status"] == "PENDING"
+        assert env.approval(approval_id).status == "PENDING"
 
 
 def test_a_lead_deciding_during_the_sweep_wins_without_a_double_release(env: Env) -> None:
@@ -206,7 +206,7 @@ def test_a_lead_deciding_during_the_sweep_wins_without_a_double_release(env: Env
     outer = env
 
     class LeadRejectsFirst(ApprovalStore):
-        def release(self, approval_id: str, from_status: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        def release(self, approval_id: str, from_status: str, *args: Any, **kwargs: Any) -> Approval:
             if from_status == "PENDING" and args[0] == "EXPIRED":
                 outer.store.release(approval_id, "PENDING", "REJECTED", "lead-1", "approval_rejected", iso(NOW))
             return super().release(approval_id, from_status, *args, **kwargs)
@@ -217,9 +217,9 @@ def test_a_lead_deciding_during_the_sweep_wins_without_a_double_release(env: Env
     result = env.sweeper(store=racing).run()
 
     assert (result.expired, result.conflicts, result.errors) == (0, 1, 0)
-    assert env.approval(stale)["status"] == "REJECTED"
+    assert env.approval(stale).status == "REJECTED"
     order = env.order(stale)
-    assert (order["available_cents"], order["reserved_cents"], order["refunded_cents"]) == (18_900, 0, 0)
+    assert (order.available_cents, order.reserved_cents, order.refunded_cents) == (18_900, 0, 0)
 
 
 def test_each_run_is_bounded_and_the_next_one_continues(env: Env) -> None:
@@ -229,7 +229,7 @@ def test_each_run_is_bounded_and_the_next_one_continues(env: Env) -> None:
     assert (first.expired, first.truncated) == (2, True)
     second = env.sweeper(max_items=2).run()
     assert (second.expired, second.truncated) == (1, False)
-    assert {env.approval(a)["status"] for a in stale} == {"EXPIRED"}
+    assert {env.approval(a).status for a in stale} == {"EXPIRED"}
 
 
 def test_the_scheduled_handler_sweeps_with_the_stack_settings(env: Env) -> None:
@@ -259,7 +259,7 @@ def test_the_scheduled_handler_sweeps_with_the_stack_settings(env: Env) -> None:
         "truncated": False,
         "flows_started": 0,
     }
-    assert env.approval(stale)["status"] == "EXPIRED"
+    assert env.approval(stale).status == "EXPIRED"
     assert env.queued() == [{"approvalId": lost}]
 
 
@@ -282,9 +282,9 @@ def test_a_failure_on_one_approval_does_not_stop_the_others_but_fails_the_run(en
         sweeper.run()
 
     assert (raised.value.result.expired, raised.value.result.requeued, raised.value.result.errors) == (1, 1, 1)
-    assert env.approval(stale)["status"] == "EXPIRED"
+    assert env.approval(stale).status == "EXPIRED"
     assert len(env.queued()) == 1
-    assert all(env.approval(a)["status"] == "PENDING" for a in lost)
+    assert all(env.approval(a).status == "PENDING" for a in lost)
 
 
 # ------------------------------------------------------------------ APPROVED, RefundFlow never started
@@ -304,28 +304,28 @@ def test_an_approved_approval_whose_flow_never_started_is_started_after_the_grac
     assert [e["name"] for e in env.executions(lost)] == [lost]
     assert env.executions(in_flight) == []
     approval = env.settled(lost)
-    assert approval["status"] == "REFUNDED"
+    assert approval.status == "REFUNDED"
     order = env.order(lost)
-    assert (order["available_cents"], order["reserved_cents"], order["refunded_cents"]) == (0, 0, 18_900)
+    assert (order.available_cents, order.reserved_cents, order.refunded_cents) == (0, 0, 18_900)
     # The next run finds nothing to start for it (REFUNDED), and the name would refuse a second run anyway.
     assert env.sweeper(now=NOW + timedelta(minutes=15)).run().flows_started == 1  # only in_flight, now past grace
     assert [e["name"] for e in env.executions(lost)] == [lost]
-    assert env.settled(in_flight)["status"] == "REFUNDED"
+    assert env.settled(in_flight).status == "REFUNDED"
 
 
 def test_a_retry_whose_flow_never_started_is_started_under_its_retry_name(env: Env) -> None:
     approval_id = env.approved_approval(NOW - timedelta(hours=1))
     env.break_reservation(approval_id)
     assert start_flow(env.sfn, get_settings().refund_flow_arn, approval_id)
-    assert env.settled(approval_id)["status"] == "FAILED"
+    assert env.settled(approval_id).status == "FAILED"
     env.set_reserved(approval_id, 18_900)
     env.store.mark_retry(approval_id, "lead-1", iso(NOW - timedelta(minutes=5)))  # then the lead's request died
 
     assert env.sweeper().run().flows_started == 1
 
-    assert env.settled(approval_id)["status"] == "REFUNDED"
+    assert env.settled(approval_id).status == "REFUNDED"
     assert sorted(e["name"] for e in env.executions(approval_id)) == [approval_id, f"{approval_id}-r1"]
-    assert env.order(approval_id)["refunded_cents"] == 18_900
+    assert env.order(approval_id).refunded_cents == 18_900
 
 
 def test_the_sweep_never_starts_a_second_execution_of_a_running_flow(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -348,7 +348,7 @@ def test_the_sweep_never_starts_a_second_execution_of_a_running_flow(env: Env, m
     assert (result.flows_started, result.errors) == (0, 0)
     assert [e["status"] for e in env.executions(approval_id)] == ["RUNNING"]
     held.set()
-    assert env.settled(approval_id)["status"] == "FAILED"
+    assert env.settled(approval_id).status == "FAILED"
     assert len(env.executions(approval_id)) == 1
 
 
@@ -357,14 +357,14 @@ def test_an_approved_approval_no_start_can_settle_is_left_to_the_alarm(env: Env)
     taken, so the sweep cannot start another; the oldest APPROVED age reports it."""
     approval_id = env.pending_approval(NOW - timedelta(hours=2), notified=True)
     assert start_flow(env.sfn, get_settings().refund_flow_arn, approval_id)
-    assert env.settled(approval_id)["status"] == "PENDING"  # the flow failed: ApprovalNotApproved
+    assert env.settled(approval_id).status == "PENDING"  # the flow failed: ApprovalNotApproved
     env.store.approve(approval_id, "lead-1", iso(NOW - timedelta(minutes=40)))
     obs.metrics.clear_metrics()
 
     result = env.sweeper().run()
 
     assert (result.flows_started, result.errors) == (0, 0)
-    assert env.approval(approval_id)["status"] == "APPROVED"
+    assert env.approval(approval_id).status == "APPROVED"
     assert [e["status"] for e in env.executions(approval_id)] == ["FAILED"]
     emitted = {name: list(m["Value"]) for name, m in obs.metrics.metric_set.items()}
     assert emitted[obs.OLDEST_APPROVED_APPROVAL_AGE] == [40 * 60]

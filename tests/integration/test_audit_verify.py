@@ -166,7 +166,20 @@ def test_racing_writers_on_one_stream_never_fork_it(api: Api) -> None:
 
     # One refund key, four audited provider calls at once (each "still pending": nothing new but the row).
     ledger = RefundLedger(ddb, e["CUSTOMER_DATA_TABLE"], e["APPROVALS_TABLE"], e["AUDIT_TABLE"])
-    row = LedgerRow(7, "REFUND#race", "direct", "race", 1043, 500, "USD", "pi_x", "SETTLING", 1, "stripe", "conv_x")
+    row = LedgerRow(
+        customer_id=7,
+        sk="REFUND#race",
+        kind="direct",
+        refund_key="race",
+        order_id=1043,
+        amount_cents=500,
+        currency="USD",
+        payment_intent="pi_x",
+        status="SETTLING",
+        attempt=1,
+        provider="stripe",
+        conversation_id="conv_x",
+    )
     row = LedgerRow(**{**row.__dict__, "refund_id": "re_race"})
     put = RefundLedger.new_row_item(e["CUSTOMER_DATA_TABLE"], row, "2026-12-03T00:00:00Z")["Put"]
     ddb.put_item(TableName=put["TableName"], Item={**put["Item"], "refund_id": {"S": "re_race"}})

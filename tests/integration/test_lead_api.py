@@ -15,7 +15,10 @@ from support_agent import wiring
 from support_agent.approvals.notifier import iso
 from support_agent.approvals.sweep import ApprovalSweeper, SweepResult
 from support_agent.config import load_settings
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
+from support_agent.store.dynamo import from_item
+from support_agent.store.handoffs import Handoff
+from support_agent.store.records import Record
 from tests.integration.conftest import Api
 from tests.support.aws import serialised_moto
 from tests.support.scripted import answer, tool_use, tools
@@ -51,6 +54,14 @@ def refund_rows(api: Api, customer: int, approval_id: str) -> int:
         ExpressionAttributeValues={":c": {"N": str(customer)}, ":s": {"S": f"REFUND#{approval_id}"}},
     )
     return len(out["Items"])
+
+
+def undeclared(api: Api, record: type[Record], key: str) -> dict[str, Any]:
+    """The attributes the stored item carries that its record does not declare: every writer's attribute is a
+    field of its record (store/records.py), so this is empty whichever writers touched the item."""
+    table = api.stack.function_env("ChatFunction")["APPROVALS_TABLE"]
+    item = boto3.client("dynamodb").get_item(TableName=table, Key={"approval_id": {"S": key}})["Item"]
+    return record.from_item(from_item(item)).extra
 
 
 def invariant(o: dict[str, int]) -> None:
@@ -120,6 +131,7 @@ def test_reject_releases_reservation(api: Api) -> None:
     assert (status, body["status"]) == (200, "REJECTED")  # an idempotent repeat
     _, trail, _ = api.call("GET", "/api/audit?customerId=8", token=api.lead())
     assert "approval_rejected" in [r["action"] for r in trail["records"]]
+    assert undeclared(api, Approval, approval_id) == {}  # the decision's attributes, reason included
 
 
 def test_ten_concurrent_approves_one_refund_no_5xx(api: Api) -> None:
@@ -186,6 +198,8 @@ def test_failed_refund_retry_and_release(api: Api) -> None:
     assert refund_rows(api, 8, approval_id) == 1
     status, body, _ = api.call("POST", f"/api/approvals/{approval_id}/release", token=api.lead())
     assert status == 409
+    # Reserved, approved, failed before the provider, retried, refunded: every attribute written is declared.
+    assert undeclared(api, Approval, approval_id) == {}
 
 
 def put_order(api: Api, customer: int, order_id: int, total: int) -> None:
@@ -269,6 +283,7 @@ def test_handoffs_listed_and_closed_by_leads(api: Api) -> None:
     assert api.call("POST", "/api/handoffs/hof_nope/close", token=api.lead())[0] == 404
     _, listing, _ = api.call("GET", "/api/handoffs", token=api.lead())
     assert handoff_id not in [h["handoffId"] for h in listing["handoffs"]]
+    assert undeclared(api, Handoff, handoff_id) == {}
 
 
 def test_audit_needs_exactly_one_filter(api: Api) -> None:

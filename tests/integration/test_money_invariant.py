@@ -161,7 +161,7 @@ def make_machine(stack: Stack, transport: InProcessStripe, tool_mode: str = "reg
             except ServiceError:
                 return
             self.approved_by_lead.add(aid)
-            assert decision.approval["status"] in ("APPROVED", "SETTLING", "REFUNDED", "FAILED")
+            assert decision.approval.status in ("APPROVED", "SETTLING", "REFUNDED", "FAILED")
 
         @rule(data=st.data())
         def reject(self, data: st.DataObject) -> None:

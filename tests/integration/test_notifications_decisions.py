@@ -104,9 +104,9 @@ def test_the_sweep_announces_an_expiry_once_however_often_it_runs(api: Api) -> N
     old = iso(datetime.now(UTC) - timedelta(hours=int(env["APPROVAL_TTL_HOURS"]) + 1))
     order_id = next(_orders)
     approval_id = put_pending_approval(boto3.client("dynamodb"), env, CUSTOMER, order_id, 5_500, old, "late")
-    cid = str(
-        (ApprovalStore(boto3.client("dynamodb"), env["APPROVALS_TABLE"]).get(approval_id) or {})["conversation_id"]
-    )
+    approval = ApprovalStore(boto3.client("dynamodb"), env["APPROVALS_TABLE"]).get(approval_id)
+    assert approval is not None and approval.conversation_id is not None
+    cid = approval.conversation_id
     api.use_function("ApprovalSweepFunction")
     for run in range(2):
         out = api.handlers["ApprovalSweepFunction"]({"id": f"ev-{run}", "source": "aws.events"}, None)

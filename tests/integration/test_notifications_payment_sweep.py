@@ -71,11 +71,11 @@ def test_an_approved_refund_the_sweep_settles_is_announced_as_decided(
     word: str,
 ) -> None:
     row = world.first_call_meets(world.approved_requested(PAST_GRACE), status="pending")
-    assert world.approval(row)["status"] == "SETTLING" and feed(world, row) == []
+    assert world.approval(row).status == "SETTLING" and feed(world, row) == []
     world.stripe.settle(row.refund_id, outcome)
     first, second = run_function(world, 2)
     assert (first["settled"], second["settled"]) == (1, 0), (first, second)
-    assert world.approval(row)["status"] == word
+    assert world.approval(row).status == word
     data = {"approvalId": row.approval_id, "orderId": row.order_id, "amountCents": row.amount_cents, "status": word}
     assert feed(world, row) == [(1, "approval.decided", data, None)]
     world.check(unknown_ok=False)

@@ -34,7 +34,7 @@ from support_agent.config import Settings, load_settings
 from support_agent.ids import new_approval_id, new_conversation_id
 from support_agent.messages import Deadline
 from support_agent.payments.sweep import SWEEP_ACTOR, PaymentSweeper, PaymentSweepIncomplete
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item
 from support_agent.store.ledger import UNSETTLED_INDEX, LedgerRow, RefundLedger
@@ -209,7 +209,7 @@ class World:
         )["Item"]
         return tuple(int(item[f"{k}_cents"]["N"]) for k in ("available", "reserved", "refunded"))  # type: ignore[return-value]
 
-    def approval(self, row: LedgerRow) -> dict[str, Any]:
+    def approval(self, row: LedgerRow) -> Approval:
         item = self.approvals.get(row.approval_id)
         assert item is not None
         return item
@@ -290,7 +290,7 @@ def test_a_requested_row_whose_call_never_happened_is_settled_with_attempt_1(wor
     assert (refund["id"], refund["status"], refund["metadata"]["attempt"]) == (after.refund_id, "succeeded", "1")
     assert world.order(row) == (0, 0, row.amount_cents)
     if kind == "approved":
-        assert world.approval(row)["status"] == "REFUNDED"
+        assert world.approval(row).status == "REFUNDED"
     (audit,) = [r for r in world.trail(row) if r["action"] == "payment_refund"]
     assert (audit["actor"], audit["outcome"]) == (SWEEP_ACTOR, "SUCCEEDED")
     assert (result.scanned, result.settled, result.resent, result.errors, result.new_attempts) == (1, 1, 1, 0, 0)
@@ -303,7 +303,7 @@ def test_a_requested_row_whose_call_never_happened_is_settled_with_attempt_1(wor
 def test_a_pending_refund_is_left_alone_until_the_provider_settles_it_then_refunded(world: World) -> None:
     row = world.first_call_meets(world.approved_requested(PAST_GRACE), status="pending")
     assert (row.status, row.refund_id[:3]) == ("SETTLING", "re_")
-    assert world.approval(row)["status"] == "SETTLING"
+    assert world.approval(row).status == "SETTLING"
     trail_before = actions(world.trail(row))
     world.check()
 
@@ -317,7 +317,7 @@ def test_a_pending_refund_is_left_alone_until_the_provider_settles_it_then_refun
 
     after = world.row(row)
     assert (done.settled, after.status, after.refund_id) == (1, "SUCCEEDED", row.refund_id)
-    assert world.approval(row)["status"] == "REFUNDED"
+    assert world.approval(row).status == "REFUNDED"
     assert world.order(row) == (0, 0, row.amount_cents)
     assert world.posts_for(row) == [f"{row.refund_key}#1"]  # retrieved, never sent again
     assert actions(world.trail(row))[len(trail_before) :] == ["payment_refund"]
@@ -340,7 +340,7 @@ def test_a_pending_refund_the_provider_fails_is_failed(world: World, kind: str) 
     else:
         assert world.order(row) == (0, row.amount_cents, 0)  # kept reserved for the lead to retry or release
         approval = world.approval(row)
-        assert (approval["status"], approval["failure_error"]) == ("FAILED", "unknown")
+        assert (approval.status, approval.failure_error) == ("FAILED", "unknown")
     world.check(unknown_ok=False)
 
 

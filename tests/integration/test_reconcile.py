@@ -124,7 +124,7 @@ class World:
         result = self.request(order_id, amount)
         assert result["status"] == "PENDING_APPROVAL", result
         decision = self.lead.decisions.approve(result["approval_id"], "lead-1")
-        assert decision.approval["status"] == "REFUNDED", decision.approval
+        assert decision.approval.status == "REFUNDED", decision.approval
         (row,) = [r for r in self.rows() if r.approval_id == result["approval_id"]]
         return row
 

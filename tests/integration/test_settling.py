@@ -21,7 +21,7 @@ from support_agent import observability as obs
 from support_agent.approvals.sweep import ApprovalSweeper, SweepResult
 from support_agent.clock import iso, utc_now
 from support_agent.ids import new_approval_id
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import to_item
 from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger, approved_refund_sk
@@ -68,7 +68,7 @@ class Money:
         self.ledger.begin_approved(self.approval(approval_id), provider, approved_at or self.now(), "refund-flow")
         return approval_id
 
-    def approval(self, approval_id: str) -> dict[str, Any]:
+    def approval(self, approval_id: str) -> Approval:
         item = self.store.get(approval_id)
         assert item is not None
         return item
@@ -80,7 +80,7 @@ class Money:
 
     def order(self, approval_id: str) -> tuple[int, int, int]:
         """(available, reserved, refunded) of the approval's order."""
-        key = {"customer_id": LEAD_CUSTOMER, "sk": f"ORDER#{self.approval(approval_id)['order_id']}"}
+        key = {"customer_id": LEAD_CUSTOMER, "sk": f"ORDER#{self.approval(approval_id).order_id}"}
         item = self.ddb.get_item(TableName=self.env["CUSTOMER_DATA_TABLE"], Key=to_item(key), ConsistentRead=True)
         return tuple(int(item["Item"][f"{k}_cents"]["N"]) for k in ("available", "reserved", "refunded"))  # type: ignore[return-value]
 
@@ -176,7 +176,7 @@ def test_a_settling_approval_cannot_be_retried_released_or_rejected(api: Api, mo
     message = body["error"]["message"]
     assert "SETTLING" in message and "payment provider" in message, message
     assert f"cannot be {PAST[verb]}" in message, message
-    assert money.approval(approval_id)["status"] == "SETTLING"
+    assert money.approval(approval_id).status == "SETTLING"
     assert money.order(approval_id) == (0, 18_900, 0)  # still reserved: nothing was given back
     assert (money.row(approval_id), money.trail(approval_id)) == before
     assert money.executions(approval_id) == []
@@ -466,7 +466,7 @@ def test_the_approval_sweep_neither_restarts_nor_ages_a_settling_approval(api: A
         assert (result.flows_started, result.errors) == (0, 0)
         assert obs.metrics.metric_set[obs.OLDEST_APPROVED_APPROVAL_AGE]["Value"] == [0]
         assert money.executions(settling) == []
-        assert money.approval(settling)["status"] == "SETTLING"
+        assert money.approval(settling).status == "SETTLING"
         assert (money.row(settling), money.trail(settling)) == before
 
         # An APPROVED one next to it is measured (without starting it: no Step Functions here); SETTLING still not.

@@ -29,7 +29,7 @@ from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.config import load_settings
 from support_agent.ids import new_approval_id, new_conversation_id
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.customer_data import refund_request_sk
 from support_agent.store.dynamo import from_item, to_item, to_values
@@ -181,7 +181,7 @@ class World:
         (order,) = [o for o in self.items(f"ORDER#{order_id}") if o["order_id"] == order_id]
         return int(order["available_cents"]), int(order["reserved_cents"]), int(order["refunded_cents"])
 
-    def approval(self, approval_id: str) -> dict[str, Any]:
+    def approval(self, approval_id: str) -> Approval:
         item = self.approvals.get(approval_id)
         assert item is not None
         return item
@@ -385,18 +385,18 @@ def test_a_late_failure_after_success_in_every_order_twice(world: World, kind: s
     else:
         assert world.money(row.order_id) == (0, 18_900, 0)
         approval = world.approval(row.approval_id)
-        assert (approval["status"], approval["failure_error"]) == ("FAILED", "expired_or_canceled_card")
+        assert (approval.status, approval.failure_error) == ("FAILED", "expired_or_canceled_card")
     assert [a["action"] for a in world.webhook_audit(row)] == ["refund_failed_late"]
 
 
 def test_a_pending_approved_refund_that_fails_keeps_the_reservation_for_the_lead(world: World) -> None:
     row = world.approved(pending=True)
-    assert world.approval(row.approval_id)["status"] == "SETTLING"
+    assert world.approval(row.approval_id).status == "SETTLING"
     world.deliver()
     world.stripe.settle(row.refund_id, "failed")
     assert world.deliver() == ["applied", "unchanged", "unchanged"]
     approval = world.approval(row.approval_id)
-    assert (approval["status"], approval["failure_error"]) == ("FAILED", "unknown")
+    assert (approval.status, approval.failure_error) == ("FAILED", "unknown")
     assert world.money(row.order_id) == (0, 18_900, 0)
     # A stale `pending` for the same refund cannot move it back.
     world.sender.send(

@@ -198,12 +198,12 @@ def _approve_reject_property(h: Harness) -> Any:
         unexpected = [o for o in out if isinstance(o, BaseException) and not isinstance(o, Conflict)]
         assert not unexpected, unexpected
         final = store.get(aid)
-        assert final is not None and final["status"] in ("APPROVED", "REJECTED")
+        assert final is not None and final.status in ("APPROVED", "REJECTED")
         # The approval's stream begins with its request (the tool's reservation); then one decision.
         decided = [r["action"] for r in world.audit_rows(f"approval#{aid}") if r["action"] != "refund_requested"]
         assert len(decided) == 1, f"two outcomes recorded: {decided}"
         order = world.order(7, 1042)
-        if final["status"] == "APPROVED":
+        if final.status == "APPROVED":
             assert decided == ["approval_approved"] and set(sfn.names) == {aid}
             assert order["reserved_cents"] == 18900
             assert all(isinstance(o, Conflict) for o, a in zip(out, actions, strict=True) if a == "reject")

@@ -208,6 +208,8 @@ NOT_EXERCISED = {
     ("secretsmanager:GetSecretValue", "param:AnthropicApiKeySecretArn"): "secret configured",
     # Only with PaymentProvider=stripe and the StripeApiKeySecretArn parameter (this stack refunds with `none`).
     ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"): "stripe secret configured",
+    # Only with the McpServers parameter (an outside server's credential; read in tests/integration/test_mcp_client.py).
+    ("secretsmanager:GetSecretValue", "secret:<stack>/mcp/*"): "outside MCP servers configured",
     # Only with LLM_PROVIDER=bedrock.
     ("bedrock:InvokeModel", "param:BedrockModelArns"): "bedrock provider",
     ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"): "bedrock provider",

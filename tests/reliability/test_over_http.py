@@ -45,6 +45,7 @@ CODES = {
     403: "forbidden",
     404: "not_found",
     409: "conflict",
+    405: "method_not_allowed",  # GET /mcp: the Streamable HTTP transport's GET stream is not offered (stateless)
     413: "too_large",
     422: "idempotency_key_reused",  # the fuzz sends one Idempotency-Key with several bodies
     429: ("token_budget_exhausted", "rate_limited"),
@@ -88,12 +89,16 @@ def excluded_checks(case: Any) -> list[Any]:
       judged by that rule, not by the schema;
     * /api/audit takes exactly one of conversationId and customerId, /api/audit/verify exactly one of
       conversationId and approvalId, which OpenAPI cannot express;
-    * unknown query parameters are ignored, as API Gateway and most APIs do.
+    * unknown query parameters are ignored, as API Gateway and most APIs do;
+    * `GET /mcp` is documented to answer 405 (a stateless server offers no GET stream): every request to it is
+      "rejected" by design.
     """
     excluded = [unsupported_method, allow_header_conformance]
     query = case.query or {}
     declared = {p.name for p in case.operation.query}
     one_of = {"/api/audit": {"conversationId", "customerId"}, "/api/audit/verify": {"conversationId", "approvalId"}}
+    if (case.method, case.path) == ("GET", "/mcp"):
+        excluded.append(positive_data_acceptance)
     if "nextToken" in query or (case.path in one_of and len(one_of[case.path] & set(query)) != 1):
         excluded.append(positive_data_acceptance)
     if set(query) - declared or "nextToken" in query:

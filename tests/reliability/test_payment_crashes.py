@@ -37,7 +37,7 @@ from support_agent.llm.base import LlmResponse
 from support_agent.messages import Deadline, Usage
 from support_agent.payments.flow import ApprovalNotApproved, PaymentOutcomeUnknown, RefundStep
 from support_agent.payments.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.dynamo import to_item, to_values
 from support_agent.store.ledger import LedgerRow, RefundLedger
 from support_agent.tools.registry import ToolContext
@@ -345,13 +345,13 @@ def test_direct_refund_crash_and_fault_then_repair_refunds_once(
     if row.status == "SUCCEEDED":
         assert [(r["id"], r["amount"], r["status"]) for r in refunds] == [(row.refund_id, DIRECT_AMOUNT, "succeeded")]
         assert refunds[0]["metadata"]["refund_key"] == row.refund_key and refunds[0]["metadata"]["attempt"] == "1"
-        assert h.order(DIRECT_ORDER)["refunded_cents"] == DIRECT_AMOUNT
+        assert h.order(DIRECT_ORDER).refunded_cents == DIRECT_AMOUNT
     elif row.status == "SETTLING":  # pending at Stripe
         assert [(r["id"], r["status"]) for r in refunds] == [(row.refund_id, "pending")]
-        assert h.order(DIRECT_ORDER)["reserved_cents"] == DIRECT_AMOUNT
+        assert h.order(DIRECT_ORDER).reserved_cents == DIRECT_AMOUNT
     else:
         assert live(refunds) == [] and row.failure_code == "resource_missing"
-        assert h.order(DIRECT_ORDER)["available_cents"] == 2500  # the reservation released
+        assert h.order(DIRECT_ORDER).available_cents == 2500  # the reservation released
     tally(w, direct_scenarios=1, crashes=int(crash != "none"))
 
 
@@ -417,16 +417,16 @@ def execution(step: RefundStep, approval_id: str, name: str, retries: int = 3) -
     return None
 
 
-def check_approval(w: Scenario, approvals: ApprovalStore, approval_id: str, step_name: str) -> dict[str, Any]:
+def check_approval(w: Scenario, approvals: ApprovalStore, approval_id: str, step_name: str) -> Approval:
     w.check(step_name, f"approval#{approval_id}")
     approval = approvals.get(approval_id)
     assert approval is not None
     row = w.row(APPROVED_ORDER)
     expected = {"SUCCEEDED": "REFUNDED", "FAILED": "FAILED"}.get(row["status"], "SETTLING")
-    assert approval["status"] == expected, (step_name, approval["status"], row["status"])
+    assert approval.status == expected, (step_name, approval.status, row["status"])
     order = w.h.order(APPROVED_ORDER)
-    held = APPROVED_AMOUNT if approval["status"] != "REFUNDED" else 0
-    assert order["reserved_cents"] == held, (step_name, order)
+    held = APPROVED_AMOUNT if approval.status != "REFUNDED" else 0
+    assert order.reserved_cents == held, (step_name, order)
     return approval
 
 
@@ -458,12 +458,12 @@ def test_refund_step_crash_and_fault_then_rerun_refunds_once(
     assert row.status == inject.final and row.attempt == 1, row
     refunds = w.stripe.refunds("pi_demo_1042")
     if inject.final == "SETTLING" and not inject.pending:
-        assert refunds == [] and approval["status"] == "SETTLING"  # never FAILED on an unknown outcome
+        assert refunds == [] and approval.status == "SETTLING"  # never FAILED on an unknown outcome
     elif row.status == "SUCCEEDED":
         assert [(r["id"], r["amount"]) for r in refunds] == [(row.refund_id, APPROVED_AMOUNT)]
-        assert approval["refund_id"] == row.refund_id and refunds[0]["metadata"]["approval_id"] == approval_id
+        assert approval.refund_id == row.refund_id and refunds[0]["metadata"]["approval_id"] == approval_id
     elif row.status == "FAILED":
-        assert live(refunds) == [] and approval["failure_error"] == "resource_missing"
+        assert live(refunds) == [] and approval.failure_error == "resource_missing"
     audit = [r["action"] for r in w.world.audit_rows(f"refund#{approval_id}")]  # the refund key's stream
     assert audit.count("refund_started") == 1, audit
     tally(w, approved_scenarios=1, crashes=int(crash != "none"), replayed_executions=2)
@@ -501,7 +501,7 @@ def test_ten_concurrent_executions_of_one_approval_make_one_refund(
     check_approval(w, approvals, approval_id, "ten at once")
     execution(step, approval_id, f"{approval_id}-after")  # a Step Functions retry of the unknown ones
     approval = check_approval(w, approvals, approval_id, "then retried")
-    assert approval["status"] == "REFUNDED"
+    assert approval.status == "REFUNDED"
     assert len(w.stripe.refunds()) == 1
     conflicts = sum(1 for r in w.stripe.requests if r.status == 409)
     tally(w, concurrent_executions=10, key_in_use_409=conflicts)
@@ -512,7 +512,7 @@ def test_failed_only_after_a_definitive_refusal_then_a_lead_retry_uses_attempt_t
     w, step, approvals, approval_id = approval_world(fresh, inject)
     assert execution(step, approval_id, approval_id) is not None
     approval = check_approval(w, approvals, approval_id, "refused")
-    assert approval["status"] == "FAILED" and w.stripe.refunds() == []
+    assert approval.status == "FAILED" and w.stripe.refunds() == []
     # The lead retries once the payment is at this account (say, a migration finished).
     w.stripe.add_payment_intent(f"pi_elsewhere_{APPROVED_ORDER}", 18900)
     approvals.mark_retry(approval_id, "lead-1", utc_now())
@@ -520,7 +520,7 @@ def test_failed_only_after_a_definitive_refusal_then_a_lead_retry_uses_attempt_t
         execution(step, approval_id, name)
         approval = check_approval(w, approvals, approval_id, name)
     row = w.settler_row(APPROVED_ORDER)
-    assert (row.status, row.attempt, approval["status"]) == ("SUCCEEDED", 2, "REFUNDED")
+    assert (row.status, row.attempt, approval.status) == ("SUCCEEDED", 2, "REFUNDED")
     refunds = w.stripe.refunds()
     assert len(refunds) == 1 and refunds[0]["metadata"]["attempt"] == "2"
     posts = [r for r in w.stripe.requests if r.method == "POST"]

@@ -31,6 +31,7 @@ from devstack.stack import Stack
 from support_agent.approvals.flow import execution_name, flow_input
 from support_agent.auth import Principal
 from support_agent.config import load_settings
+from support_agent.store.approvals import Approval
 from support_agent.store.dynamo import to_item
 from support_agent.tools.registry import ToolContext
 from support_agent.wiring import LeadServices, build_lead_services, build_registry
@@ -105,7 +106,7 @@ def killed_at_start_execution(sfn: Any, when: str) -> Iterator[None]:
         sfn.meta.events.unregister(event, unique_id="rel-kill")
 
 
-def settle(env: dict[str, str], approval_id: str, seconds: float = 15.0) -> dict[str, Any]:
+def settle(env: dict[str, str], approval_id: str, seconds: float = 15.0) -> Approval:
     """Wait until no execution for this approval is still running; the approval as it ends."""
     sfn = boto3.client("stepfunctions")
     arn = env["REFUND_FLOW_ARN"]
@@ -126,7 +127,7 @@ def settle(env: dict[str, str], approval_id: str, seconds: float = 15.0) -> dict
 
 def verify(env: dict[str, str], world: World, approval_id: str, order_id: int) -> None:
     approval = settle(env, approval_id)
-    assert approval["status"] == "REFUNDED", approval
+    assert approval.status == "REFUNDED", approval
     check_money(world, CUSTOMER, [order_id])
     rows = [r for r in world.customer_rows(CUSTOMER, "REFUND#apr_") if r["approval_id"] == approval_id]
     assert len(rows) == 1, f"{len(rows)} refund rows for one approval"
@@ -149,9 +150,9 @@ def test_approve_killed_around_start_execution_then_approved_again(env: dict[str
     with killed_at_start_execution(sfn, when), pytest.raises(Killed):
         lead(env, sfn).decisions.approve(approval_id, "lead-1")
     state = settle(env, approval_id)
-    assert state["status"] == ("APPROVED" if when == "before" else "REFUNDED")
+    assert state.status == ("APPROVED" if when == "before" else "REFUNDED")
     decision = lead(env).decisions.approve(approval_id, "lead-1")  # the lead clicks again
-    assert decision.approval["status"] == "REFUNDED"
+    assert decision.approval.status == "REFUNDED"
     verify(env, world, approval_id, order_id)
     count("3-refund-flow", approve_killed=1)
 
@@ -172,7 +173,7 @@ def test_refund_step_killed_before_its_record_then_restarted(
 
     monkeypatch.setattr(RefundLedger, "record", crash_once)
     lead(env).decisions.approve(approval_id, "lead-1")
-    assert settle(env, approval_id)["status"] == "SETTLING"  # the execution failed; nothing recorded
+    assert settle(env, approval_id).status == "SETTLING"  # the execution failed; nothing recorded
     sfn = boto3.client("stepfunctions")
     (first,) = [
         e for e in sfn.list_executions(stateMachineArn=env["REFUND_FLOW_ARN"])["executions"] if e["name"] == approval_id
@@ -190,7 +191,7 @@ def test_refund_step_killed_before_its_record_then_restarted(
 
 def test_replayed_and_concurrent_executions_refund_once(env: dict[str, str]) -> None:
     approval_id, order_id, world = raise_approval(env)
-    assert lead(env).decisions.approve(approval_id, "lead-1").approval["status"] == "REFUNDED"
+    assert lead(env).decisions.approve(approval_id, "lead-1").approval.status == "REFUNDED"
     sfn = boto3.client("stepfunctions")
     arn = env["REFUND_FLOW_ARN"]
     names = itertools.count(1)

@@ -15,7 +15,7 @@ from support_agent.config import Settings, load_settings
 from support_agent.messages import Deadline
 from support_agent.store.audit import AuditStore
 from support_agent.store.conversations import ConversationStore
-from support_agent.store.customer_data import CustomerDataStore
+from support_agent.store.customer_data import CustomerDataStore, Order
 from support_agent.wiring import build_registry, build_tool_source
 from tests.support.aws import create_tables
 from tests.support.scripted import ScriptedModel
@@ -61,7 +61,7 @@ class Harness:
             Deadline.after(seconds, self.clock),
         )
 
-    def order(self, order_id: int, customer_id: int = 7) -> dict[str, Any]:
+    def order(self, order_id: int, customer_id: int = 7) -> Order:
         order = self.customer_data.get_order(customer_id, order_id)
         assert order is not None
         return order

@@ -71,11 +71,11 @@ def test_crash_then_next_turn_repairs_without_double_refund(
     msgs = [m.as_message() for m in h.conversations.load(cid)]
     assert hist.problems(msgs) == []
     o = h.order(order)
-    assert o["available_cents"] + o["reserved_cents"] + o["refunded_cents"] == o["total_cents"]
+    assert o.available_cents + o.reserved_cents + o.refunded_cents == o.total_cents
     if direct:
-        assert o["refunded_cents"] == amount and o["reserved_cents"] == 0
+        assert o.refunded_cents == amount and o.reserved_cents == 0
     else:
-        assert o["reserved_cents"] == amount and len(approvals(h)) == 1
+        assert o.reserved_cents == amount and len(approvals(h)) == 1
     assert audit_tool_rows(h) == tool_calls(h)
     # What the model saw for a refund that ran before the crash is its recorded outcome.
     if step in ("after_tool:0",):
@@ -130,7 +130,7 @@ def test_concurrent_turns_one_wins_other_409_before_any_tool(harness: Harness) -
     release.set()
     t.join(10)
     assert outcome["first"].stop_reason == "end_turn"
-    assert h.order(1043)["refunded_cents"] == 100
+    assert h.order(1043).refunded_cents == 100
 
 
 def test_other_customers_conversation_is_not_found(harness: Harness) -> None:

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from support_agent.api.contract import error_body, status_and_code
 from support_agent.approvals.decisions import ApprovalDecisions
 from support_agent.errors import Conflict, NotFound
-from support_agent.store.approvals import ApprovalStore, ReservationMissing, StateConflict
+from support_agent.store.approvals import Approval, ApprovalStore, ReservationMissing, StateConflict
 from support_agent.store.dynamo import CONDITION_FAILED, cancellation_as
 from support_agent.store.handoffs import HandoffConflict, HandoffStore
 from support_agent.store.refunds import RefundRace, RefundRequest, RefundWriter
@@ -26,8 +26,23 @@ from tests.support.recording import RecordingDynamo, cancelled
 CCF, OK = CONDITION_FAILED, "None"
 AID = "apr_01JTESTTESTTESTTESTTESTTES"
 CID = "conv_01JTESTTESTTESTTESTTESTTE"
-APPROVAL = {"approval_id": AID, "customer_id": 7, "order_id": 1042, "amount_cents": 9000, "conversation_id": CID}
-TICKET = {"approval_id": "hof_1", "entity": "HANDOFF", "status": "OPEN", "customer_id": 7, "conversation_id": CID}
+APPROVAL = {
+    "approval_id": AID,
+    "customer_id": 7,
+    "order_id": 1042,
+    "amount_cents": 9000,
+    "currency": "USD",
+    "conversation_id": CID,
+    "created_at": "t",
+}
+TICKET = {
+    "approval_id": "hof_1",
+    "entity": "HANDOFF",
+    "status": "OPEN",
+    "customer_id": 7,
+    "conversation_id": CID,
+    "created_at": "t",
+}
 
 
 def failing(*codes: str) -> RecordingDynamo:
@@ -71,8 +86,8 @@ def test_an_approval_cancellation_is_read_by_the_item_that_failed(codes: list[st
 
 
 def test_the_approval_conflicts_are_409s_that_name_the_state() -> None:
-    state = StateConflict({**APPROVAL, "status": "REFUNDED"})
-    missing = ReservationMissing(APPROVAL)
+    state = StateConflict(Approval.from_item({**APPROVAL, "status": "REFUNDED"}))
+    missing = ReservationMissing(Approval.from_item({**APPROVAL, "status": "PENDING"}))
     assert status_and_code(state) == status_and_code(missing) == (409, "conflict")
     assert (state.status, state.message) == ("REFUNDED", "approval is REFUNDED")
     assert error_body(missing)["error"]["message"] == (
@@ -105,7 +120,7 @@ def test_asking_again_for_the_state_it_is_in_answers_it(status: str, decide: str
     decisions = ApprovalDecisions(ApprovalStore(db, "Approvals", "CustomerData", "Audit"), None, "", 0, lambda: "t")
     args: dict[str, Any] = {"reason": None} if decide == "reject" else {}
     decision = getattr(decisions, decide)(AID, "lead-1", **args)
-    assert (decision.approval["status"], decision.done, db.transactions) == (status, True, [])
+    assert (decision.approval.status, decision.done, db.transactions) == (status, True, [])
 
 
 def request() -> RefundRequest:
@@ -144,4 +159,4 @@ def test_opening_where_one_is_open_answers_that_one_and_otherwise_the_cancellati
         store.open(CID, request_id="r", now="t", **args)  # type: ignore[arg-type]
     db.items.update(Conversations={"conversation_id": CID, "seq": 0, "open_handoff_id": "hof_1"}, Approvals=TICKET)
     ticket, created = store.open(CID, request_id="r", now="t", **args)  # type: ignore[arg-type]
-    assert (ticket["approval_id"], created) == ("hof_1", False)
+    assert (ticket.handoff_id, created) == ("hof_1", False)

@@ -444,7 +444,7 @@ def stored(h: Harness, cid: str) -> list[dict[str, Any]]:
 
 def order(h: Harness, order_id: int) -> tuple[int, int, int]:
     o = h.order(order_id)
-    return o["available_cents"], o["reserved_cents"], o["refunded_cents"]
+    return o.available_cents, o.reserved_cents, o.refunded_cents
 
 
 # -- the loop through each adapter ------------------------------------------------------------------

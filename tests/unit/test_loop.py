@@ -49,7 +49,7 @@ def test_seed_transcript_three_iterations_usage_summed(harness: Harness) -> None
     refund = r.trace[1]["toolCalls"][0]["result"]
     assert refund["status"] == "PENDING_APPROVAL" and refund["approval_id"].startswith("apr_")
     order = h.order(1042)
-    assert (order["available_cents"], order["reserved_cents"], order["refunded_cents"]) == (0, 18900, 0)
+    assert (order.available_cents, order.reserved_cents, order.refunded_cents) == (0, 18900, 0)
     assert h.queued() == [{"approvalId": refund["approval_id"]}]
     msgs = stored(h, r.conversation_id)
     assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant", "user", "assistant"]
@@ -84,7 +84,7 @@ def test_direct_refund_under_threshold(harness: Harness) -> None:
     r = h.turn("refund 1043")
     assert r.trace[0]["toolCalls"][0]["result"]["status"] == "REFUNDED"
     o = h.order(1043)
-    assert (o["available_cents"], o["reserved_cents"], o["refunded_cents"]) == (0, 0, 2500)
+    assert (o.available_cents, o.reserved_cents, o.refunded_cents) == (0, 0, 2500)
     assert h.queued() == []
     rows = h.audit.conversation_trail(r.conversation_id)
     # The request with its reservation, the provider call (with its attempt key), the tool call.
@@ -105,7 +105,7 @@ def test_threshold_counts_earlier_refunds(harness: Harness) -> None:
     statuses = [it["toolCalls"][0]["result"]["status"] for it in r.trace[:2]]
     assert statuses == ["REFUNDED", "PENDING_APPROVAL"]  # 3000 + 3000 > 5000
     o = h.order(1044)
-    assert (o["available_cents"], o["reserved_cents"], o["refunded_cents"]) == (10000, 3000, 3000)
+    assert (o.available_cents, o.reserved_cents, o.refunded_cents) == (10000, 3000, 3000)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_tool_errors_become_is_error_and_loop_goes_on(harness: Harness, call: di
     assert sent["is_error"] is True
     assert "Sam" not in str(r.trace) and "2001" not in str(result["result"]).replace("order 2001", "")
     for o in (2001, 2002):
-        assert h.order(o, 8)["available_cents"] == h.order(o, 8)["total_cents"]
+        assert h.order(o, 8).available_cents == h.order(o, 8).total_cents
 
 
 def test_missing_and_foreign_orders_answer_the_same(harness: Harness) -> None:
@@ -210,7 +210,7 @@ def test_max_tokens_never_runs_a_truncated_tool_use(harness: Harness) -> None:
     r = h.turn("refund 1043")
     call = r.trace[0]["toolCalls"][0]
     assert call["isError"] and "cut off" in call["result"]["error"]
-    assert h.order(1043)["refunded_cents"] == 0
+    assert h.order(1043).refunded_cents == 0
     assert hist.problems(stored(h, r.conversation_id)) == []
 
 
@@ -220,7 +220,7 @@ def test_unknown_stop_reason_with_tool_use_does_not_run_it(harness: Harness) -> 
         reply("surprise", tool_use("request_refund", {"order_id": 1043, "amount_cents": 100, "reason": "x"}))
     ]
     r = h.turn("x")
-    assert r.stop_reason == "end_turn" and h.order(1043)["refunded_cents"] == 0
+    assert r.stop_reason == "end_turn" and h.order(1043).refunded_cents == 0
     assert hist.problems(stored(h, r.conversation_id)) == []
 
 
@@ -300,7 +300,7 @@ def test_escalate_to_human_one_open_ticket_per_conversation(harness: Harness) ->
     assert again == {**first, "status": "HANDOFF_ALREADY_OPEN"}
     store = HandoffStore(h.ddb, h.settings.approvals_table, h.settings.conversations_table, h.settings.audit_table)
     closed = store.close(first["handoff_id"], "lead-1", "2026-12-02T12:00:00Z")
-    assert closed["status"] == "CLOSED"
+    assert closed.status == "CLOSED"
     h.model.script = [tools(tool_use("escalate_to_human", {"reason": "new issue"})), answer("ok")]
     third = h.turn("one more thing", r.conversation_id).trace[0]["toolCalls"][0]["result"]
     assert third["status"] == "HANDOFF_OPENED" and third["handoff_id"] != first["handoff_id"]

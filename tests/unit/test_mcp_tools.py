@@ -114,7 +114,7 @@ def test_a_keyed_refund_under_the_threshold_is_one_direct_refund(harness: Harnes
     ledger = [r for r in rows(harness, 7, "REFUND#") if r.get("kind") == "direct"]
     assert len(ledger) == 1 and ledger[0]["refund_key"] == server_key(7, "k-1")
     assert not ledger[0].get("conversation_id")
-    assert harness.order(1043)["refunded_cents"] == 500
+    assert harness.order(1043).refunded_cents == 500
     check_money(world(harness), 7)
     assert audit_store(harness).verify_trail("mcp#7")["status"] == "ok"
 
@@ -147,7 +147,7 @@ def test_without_a_key_any_amount_is_held_and_asked_again_answers_the_same(harne
     assert approval["status"] == "PENDING" and not approval.get("conversation_id")
     assert rows(harness, 7, "REFUND#") and not [r for r in rows(harness, 7, "REFUND#") if r.get("kind") == "direct"]
     order = harness.order(1043)
-    assert order["reserved_cents"] == 500 and order["refunded_cents"] == 0
+    assert order.reserved_cents == 500 and order.refunded_cents == 0
     # A different amount is another request.
     other = call(mcp, 7, "request_refund", {**REFUND, "amount_cents": 400})
     assert other.result["approval_id"] != first.result["approval_id"]
@@ -171,7 +171,7 @@ def test_concurrent_identical_held_requests_make_one_approval(harness: Harness, 
     assert len(results) == 6 and not [r for r in results if r.is_error], [r.result for r in results]
     assert len({r.result["approval_id"] for r in results}) == 1
     assert len(open_approvals(harness, 7)) == 1
-    assert harness.order(1043)["reserved_cents"] == 500
+    assert harness.order(1043).reserved_cents == 500
     check_money(world(harness), 7)
     assert audit_store(harness).verify_stream("mcp#7")["rows"] == 6
     assert audit_store(harness).verify_stream("mcp#7")["status"] == "ok"

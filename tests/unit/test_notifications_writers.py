@@ -9,7 +9,7 @@ and both notifications land, numbered 1..n; a replayed decision announces nothin
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -19,7 +19,7 @@ from support_agent.payments.flow import RefundStep
 from support_agent.payments.none import LedgerOnly
 from support_agent.payments.port import ProviderRefund, ProviderRefused
 from support_agent.payments.settle import RefundSettler
-from support_agent.store.approvals import ApprovalStore, StateConflict
+from support_agent.store.approvals import Approval, ApprovalStore, StateConflict
 from support_agent.store.dynamo import put_new, to_item, to_values
 from support_agent.store.ledger import (
     Duplicate,
@@ -90,20 +90,20 @@ class World:
         c = TABLES
         return c["APPROVALS_TABLE"], c["CUSTOMER_DATA_TABLE"], c["AUDIT_TABLE"], c["CONVERSATIONS_TABLE"]
 
-    def pending(self, amount: int = 9_000) -> dict[str, Any]:
+    def pending(self, amount: int = 9_000) -> Approval:
         approval_id = put_pending_approval(
             self.ddb, TABLES, CUSTOMER, next(_orders), amount, "2030-01-01T00:00:00Z", "x"
         )
         return self.approval(approval_id)
 
-    def approval(self, approval_id: str) -> dict[str, Any]:
+    def approval(self, approval_id: str) -> Approval:
         item = self.store().get(approval_id)
         assert item is not None
         return item
 
-    def approved(self) -> dict[str, Any]:
+    def approved(self) -> Approval:
         approval = self.pending()
-        return self.store().approve(approval["approval_id"], "lead-1", "2030-01-01T00:01:00Z")
+        return self.store().approve(approval.approval_id, "lead-1", "2030-01-01T00:01:00Z")
 
     def settling(self) -> LedgerRow:
         """APPROVED -> SETTLING with the REQUESTED row, as RefundFlow's step begins."""
@@ -135,8 +135,9 @@ class World:
             "customer-7", "req", "2030-01-01T00:00:00Z", f"pi_{order_id}",
         )  # fmt: skip
         row = LedgerRow(
-            CUSTOMER, r.request_sk, "direct", direct_refund_key(cid, 1, "toolu_1"), order_id, amount, "USD",
-            r.payment_intent, "REQUESTED", 1, "stripe", conversation_id=cid, tool_use_id="toolu_1",
+            customer_id=CUSTOMER, sk=r.request_sk, kind="direct", refund_key=direct_refund_key(cid, 1, "toolu_1"),
+            order_id=order_id, amount_cents=amount, currency="USD", payment_intent=r.payment_intent,
+            status="REQUESTED", attempt=1, provider="stripe", conversation_id=cid, tool_use_id="toolu_1",
         )  # fmt: skip
         c = TABLES
         return RefundWriter(self.ddb, c["CUSTOMER_DATA_TABLE"], c["APPROVALS_TABLE"], c["AUDIT_TABLE"]).direct(
@@ -170,11 +171,11 @@ def w(aws: None) -> World:
     return World()
 
 
-def decided(approval: Mapping[str, Any], status: str) -> dict[str, Any]:
+def decided(approval: Approval, status: str) -> dict[str, Any]:
     return {
-        "approvalId": approval["approval_id"],
-        "orderId": approval["order_id"],
-        "amountCents": approval["amount_cents"],
+        "approvalId": approval.approval_id,
+        "orderId": approval.order_id,
+        "amountCents": approval.amount_cents,
         "status": status,
     }
 
@@ -194,52 +195,52 @@ def test_a_decision_that_frees_money_is_announced_once_after_the_existing_ones(
     w: World, start: str, to: str, action: str, word: str
 ) -> None:
     approval = w.pending()
-    cid = approval["conversation_id"]
-    w.set_status(approval["approval_id"], start)
+    cid = approval.conversation_id
+    w.set_status(approval.approval_id, start)
     w.earlier(cid, 2)
-    w.store().release(approval["approval_id"], start, to, "lead-1", action, "2030-01-02T00:00:00Z")
+    w.store().release(approval.approval_id, start, to, "lead-1", action, "2030-01-02T00:00:00Z")
     feed = w.feed(cid)
     assert feed[2:] == [(3, "approval.decided", decided(approval, word), None)]
     assert [n.at for n in w.notes.since(cid, 2)] == ["2030-01-02T00:00:00Z"]
     # Asked again (a double click, the sweep and a lead at once): the state moved on, nothing more is announced.
     with pytest.raises(StateConflict):
-        w.store().release(approval["approval_id"], start, to, "lead-1", action, "2030-01-02T00:00:01Z")
+        w.store().release(approval.approval_id, start, to, "lead-1", action, "2030-01-02T00:00:01Z")
     assert len(w.feed(cid)) == 3 and w.notes.count(cid) == 3
 
 
 def test_approving_and_retrying_announce_nothing(w: World) -> None:
     approval = w.approved()
-    w.set_status(approval["approval_id"], "FAILED")
-    w.store().mark_retry(approval["approval_id"], "lead-1", "2030-01-02T00:00:00Z")
-    assert w.feed(approval["conversation_id"]) == []
+    w.set_status(approval.approval_id, "FAILED")
+    w.store().mark_retry(approval.approval_id, "lead-1", "2030-01-02T00:00:00Z")
+    assert w.feed(approval.conversation_id) == []
 
 
 def test_a_decision_whose_own_condition_fails_announces_nothing(w: World) -> None:
     """Another lead approved it between our read and our write: the transaction is cancelled by the approval's
     condition, and the notification, in that transaction, is not written either."""
     approval = w.pending()
-    aid = approval["approval_id"]
+    aid = approval.approval_id
     racing = Interposed(w.ddb, lambda: w.set_status(aid, "APPROVED"))
     with pytest.raises(StateConflict):
         w.store(racing).release(aid, "PENDING", "REJECTED", "lead-1", "approval_rejected", "2030-01-02T00:00:00Z")
     assert len(racing.transactions) == 1  # not retried: the counter was not what cancelled it
-    assert w.feed(approval["conversation_id"]) == [] and w.notes.count(approval["conversation_id"]) == 0
-    assert w.approval(aid)["status"] == "APPROVED"
+    assert w.feed(approval.conversation_id) == [] and w.notes.count(approval.conversation_id) == 0
+    assert w.approval(aid).status == "APPROVED"
 
 
 def test_a_decision_that_loses_the_counter_race_is_written_again_with_the_next_number(w: World) -> None:
     approval = w.pending()
-    cid = approval["conversation_id"]
+    cid = approval.conversation_id
     racing = Interposed(w.ddb, lambda: w.earlier(cid), times=2)
     after = w.store(racing).release(
-        approval["approval_id"], "PENDING", "REJECTED", "lead-1", "approval_rejected", "2030-01-02T00:00:00Z"
+        approval.approval_id, "PENDING", "REJECTED", "lead-1", "approval_rejected", "2030-01-02T00:00:00Z"
     )
-    assert after["status"] == "REJECTED"
+    assert after.status == "REJECTED"
     assert len(racing.transactions) == 3  # lost twice to the counter, landed the third time
     assert [(n, t) for n, t, _, _ in w.feed(cid)] == [(1, "turn.failed"), (2, "turn.failed"), (3, "approval.decided")]
     order = w.ddb.get_item(
         TableName=TABLES["CUSTOMER_DATA_TABLE"],
-        Key=to_item({"customer_id": CUSTOMER, "sk": f"ORDER#{approval['order_id']}"}),
+        Key=to_item({"customer_id": CUSTOMER, "sk": f"ORDER#{approval.order_id}"}),
     )["Item"]
     assert order["reserved_cents"] == {"N": "0"}  # the reservation returned once
 
@@ -248,11 +249,11 @@ def test_an_approval_no_conversation_owns_is_decided_without_a_notification(w: W
     approval = w.pending()
     w.ddb.update_item(
         TableName=TABLES["APPROVALS_TABLE"],
-        Key=to_item({"approval_id": approval["approval_id"]}),
+        Key=to_item({"approval_id": approval.approval_id}),
         UpdateExpression="REMOVE conversation_id",
     )
     racing = Interposed(w.ddb, lambda: None)
-    w.store(racing).release(approval["approval_id"], "PENDING", "REJECTED", "lead-1", "approval_rejected", "t")
+    w.store(racing).release(approval.approval_id, "PENDING", "REJECTED", "lead-1", "approval_rejected", "t")
     assert all(
         i.get("Put", {}).get("TableName") != TABLES["CONVERSATIONS_TABLE"] for t in racing.transactions for i in t
     )
@@ -279,19 +280,19 @@ def step(w: World, provider: Any, client: Any = None) -> RefundStep:
 
 def test_the_payment_step_announces_refunded_once_and_a_replay_nothing(w: World) -> None:
     approval = w.approved()
-    cid = approval["conversation_id"]
+    cid = approval.conversation_id
     w.earlier(cid)
-    assert step(w, LedgerOnly()).run(approval["approval_id"], "apr-x")["status"] == "REFUNDED"
+    assert step(w, LedgerOnly()).run(approval.approval_id, "apr-x")["status"] == "REFUNDED"
     assert w.feed(cid)[1:] == [(2, "approval.decided", decided(approval, "REFUNDED"), None)]
     # A replayed execution (and a lead's second approve) finds it REFUNDED: nothing is written, nothing announced.
-    assert step(w, LedgerOnly()).run(approval["approval_id"], "apr-x-replay")["replayed"] is True
+    assert step(w, LedgerOnly()).run(approval.approval_id, "apr-x-replay")["replayed"] is True
     assert len(w.feed(cid)) == 2
 
 
 def test_the_payment_step_announces_a_refusal_as_failed(w: World) -> None:
     approval = w.approved()
-    assert step(w, Refusing()).run(approval["approval_id"], "apr-x")["status"] == "FAILED"
-    assert w.feed(approval["conversation_id"]) == [(1, "approval.decided", decided(approval, "FAILED"), None)]
+    assert step(w, Refusing()).run(approval.approval_id, "apr-x")["status"] == "FAILED"
+    assert w.feed(approval.conversation_id) == [(1, "approval.decided", decided(approval, "FAILED"), None)]
 
 
 def test_a_lost_reservation_fails_the_approval_and_is_announced(w: World) -> None:
@@ -299,12 +300,12 @@ def test_a_lost_reservation_fails_the_approval_and_is_announced(w: World) -> Non
     approval = w.approved()
     w.ddb.update_item(
         TableName=TABLES["CUSTOMER_DATA_TABLE"],
-        Key=to_item({"customer_id": CUSTOMER, "sk": f"ORDER#{approval['order_id']}"}),
+        Key=to_item({"customer_id": CUSTOMER, "sk": f"ORDER#{approval.order_id}"}),
         UpdateExpression="SET reserved_cents = :z, available_cents = :t",
-        ExpressionAttributeValues=to_values({":z": 0, ":t": approval["amount_cents"]}),
+        ExpressionAttributeValues=to_values({":z": 0, ":t": approval.amount_cents}),
     )
-    assert step(w, LedgerOnly()).run(approval["approval_id"], "apr-x")["status"] == "FAILED"
-    assert w.feed(approval["conversation_id"]) == [(1, "approval.decided", decided(approval, "FAILED"), None)]
+    assert step(w, LedgerOnly()).run(approval.approval_id, "apr-x")["status"] == "FAILED"
+    assert w.feed(approval.conversation_id) == [(1, "approval.decided", decided(approval, "FAILED"), None)]
 
 
 def test_a_pending_answer_is_no_decision(w: World) -> None:
@@ -328,7 +329,7 @@ def test_a_late_failure_of_an_approved_refund_is_announced(w: World) -> None:
     w.ledger().fail_late(row, "re_1", "lost_or_stolen_card", "t2", "stripe-webhook", announce=True)
     feed = w.feed(row.conversation_id)
     assert [(n, d["status"]) for n, _, d, _ in feed] == [(1, "REFUNDED"), (2, "FAILED")]
-    assert w.approval(row.approval_id)["status"] == "FAILED"
+    assert w.approval(row.approval_id).status == "FAILED"
 
 
 # ------------------------------------------------------------------ direct refunds: only when the caller says so

@@ -100,7 +100,7 @@ def test_crashed_direct_refund_repairs_as_recorded_and_is_not_made_again(
     h = harness
     call = tool_use("request_refund", {"order_id": ORDER, "amount_cents": AMOUNT, "reason": "broken"})
     cid = crash_after_tool(h, call)
-    assert h.order(ORDER)["refunded_cents"] == AMOUNT
+    assert h.order(ORDER).refunded_cents == AMOUNT
     if change == "erasure":
         erase(h)
         assert h.conversations.load(cid)[-1].content[0]["input"] == {}
@@ -119,8 +119,8 @@ def test_crashed_direct_refund_repairs_as_recorded_and_is_not_made_again(
     refunds = [r for r in h.customer_data.query_prefix(7, "REFUND#") if int(r["order_id"]) == ORDER]
     assert len(refunds) == 1 and refunds[0]["tool_use_id"] == call["id"]
     o = h.order(ORDER)
-    assert o["refunded_cents"] == AMOUNT
-    assert o["available_cents"] + o["reserved_cents"] + o["refunded_cents"] == o["total_cents"]
+    assert o.refunded_cents == AMOUNT
+    assert o.available_cents + o.reserved_cents + o.refunded_cents == o.total_cents
     assert call_audit(h, cid, call["id"]) == [
         ("payment_refund", "SUCCEEDED"),
         ("refund", "REQUESTED"),
@@ -136,8 +136,8 @@ def test_crashed_hand_off_repairs_as_opened_after_the_lead_closed_it(harness: Ha
     cid = crash_after_tool(h, call)
     store = HandoffStore(h.ddb, h.settings.approvals_table, h.settings.conversations_table, h.settings.audit_table)
     ticket = store.open_for(cid)
-    assert ticket is not None and ticket["tool_use_id"] == call["id"]
-    store.close(ticket["approval_id"], "lead-1", "2026-12-02T12:00:00Z")
+    assert ticket is not None and ticket.tool_use_id == call["id"]
+    store.close(ticket.handoff_id, "lead-1", "2026-12-02T12:00:00Z")
     if erased:
         erase(h)
     seen: list[dict[str, Any]] = []
@@ -148,11 +148,11 @@ def test_crashed_hand_off_repairs_as_opened_after_the_lead_closed_it(harness: Ha
     h.turn("is someone coming?", cid)
 
     assert seen[0]["is_error"] is False
-    assert "HANDOFF_OPENED" in seen[0]["content"] and ticket["approval_id"] in seen[0]["content"]
+    assert "HANDOFF_OPENED" in seen[0]["content"] and ticket.handoff_id in seen[0]["content"]
     tickets = [
         i for i in map(from_item, h.ddb.scan(TableName=h.settings.approvals_table)["Items"]) if i["entity"] == "HANDOFF"
     ]
-    assert [t["approval_id"] for t in tickets] == [ticket["approval_id"]]
+    assert [t["approval_id"] for t in tickets] == [ticket.handoff_id]
     assert store.open_for(cid) is None
     assert call_audit(h, cid, call["id"]) == [("handoff_opened", "OPEN"), ("tool_call", "recorded")]
     assert_history_and_audit_agree(h, cid)

@@ -21,6 +21,7 @@ from devstack.local import _payments
 from devstack.parameters import dev_parameters
 from devstack.seed import DEMO_DATA, demo_items
 from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, Fault, SimulatedStripeServer, start
+from support_agent.store.customer_data import Order
 from support_agent.tools.orders import order_view
 
 POST, LIST, GET = "POST /v1/refunds", "GET /v1/refunds", "GET /v1/refunds/{id}"
@@ -115,7 +116,7 @@ def test_demo_orders_and_payment_intents_agree() -> None:
         o["order_id"]: (o["total_cents"], "usd") for o in orders
     }
     # lookup_order shows the model its whitelisted view: the payment intent stays ours.
-    assert all("pi_demo" not in json.dumps(order_view(item)) for item in stored.values())
+    assert all("pi_demo" not in json.dumps(order_view(Order.from_item(item))) for item in stored.values())
 
 
 # -- money: never more than was paid ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from support_agent.agent.model_output import MAX_TOOL_USES
 from support_agent.config import Settings
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
 from support_agent.store.ledger import Outcome, RefundLedger
@@ -134,10 +134,12 @@ def test_ledger_writes() -> None:
         "amount_cents": 9000,
         "currency": "USD",
         "conversation_id": CID,
+        "created_at": "t",
     }
     db = RecordingDynamo(items={"Approvals": {**approval, "status": "APPROVED"}})
     ledger = RefundLedger(db, "CustomerData", "Approvals", "Audit", "Conversations")
-    row = ledger.begin_approved({**approval, "payment_intent": "pi_1"}, "stripe", "t", "refund-flow")
+    approved = Approval.from_item({**approval, "status": "APPROVED"})
+    row = ledger.begin_approved(dataclasses.replace(approved, payment_intent="pi_1"), "stripe", "t", "refund-flow")
     db.items["CustomerData"] = {**ledger_item(row)}
     for outcome in (Outcome("SUCCEEDED", "re_1", "succeeded"), Outcome("FAILED", failure_code="x")):
         ledger.record(row, outcome, "t", "refund-flow")
@@ -146,7 +148,7 @@ def test_ledger_writes() -> None:
     direct = dataclasses.replace(row, kind="direct", approval_id="", conversation_id=CID)
     ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "customer-7")  # the chat's: not announced
     ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "payment-sweep", announce=True)
-    ledger.fail_unstarted(approval, "t", "refund-flow", "reservation_missing")
+    ledger.fail_unstarted(approved, "t", "refund-flow", "reservation_missing")
     succeeded = dataclasses.replace(row, status="SUCCEEDED", refund_id="re_1")
     db.items["CustomerData"] = ledger_item(succeeded)
     ledger.fail_late(succeeded, "re_1", "lost_or_stolen_card", "t", "webhook", "evt_2", [dedupe])
@@ -165,7 +167,9 @@ def test_approval_decisions() -> None:
         "customer_id": 7,
         "order_id": 1042,
         "amount_cents": 9000,
+        "currency": "USD",
         "conversation_id": CID,
+        "created_at": "t",
     }
     db = RecordingDynamo()
     store = ApprovalStore(db, "Approvals", "CustomerData", "Audit", "Conversations")
@@ -210,6 +214,7 @@ def test_hand_offs() -> None:
         "status": "OPEN",
         "customer_id": 7,
         "conversation_id": CID,
+        "created_at": "t",
     }
     store.close("hof_1", "lead-1", "t")
     assert len(db.transactions) == COVERED["store/handoffs.py"]

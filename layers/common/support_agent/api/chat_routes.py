@@ -256,8 +256,11 @@ def _refund_summary(services: ChatServices, row: dict[str, Any]) -> dict[str, An
     request row keeps only what was asked), a direct refund is its own ledger row."""
     status, refund_id = row.get("status"), row.get("refund_id")
     if row.get("approval_id"):
-        approval = services.approvals.get(row["approval_id"]) or {}
-        status, refund_id = approval.get("status", status), approval.get("refund_id")
+        approval = services.approvals.get(row["approval_id"])
+        if approval is not None:
+            status, refund_id = approval.status, approval.refund_id
+        else:
+            refund_id = None
     return {
         "approvalId": row.get("approval_id"),
         "refundId": refund_id or None,

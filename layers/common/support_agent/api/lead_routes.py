@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
-from functools import cache
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_snake
 
 from support_agent.api import pagination
 from support_agent.api.http import JSON, principal
@@ -31,6 +28,7 @@ from support_agent.auth import MAX_CUSTOMER_ID, require_role
 from support_agent.errors import InvalidRequest, NotFound
 from support_agent.ids import APPROVAL_ID, CONVERSATION_ID
 from support_agent.store.approvals import ApprovalStatus
+from support_agent.store.audit import AuditRecord as StoredAuditRow
 from support_agent.wiring import lead_services
 
 router = APIGatewayHttpRouter()
@@ -57,54 +55,9 @@ def _lead() -> str:
     return p.sub
 
 
-@cache
-def _sources(shape: type[BaseModel]) -> dict[str, str]:
-    return {name: to_snake(name) for name in shape.model_fields}
-
-
-def _view(shape: type[BaseModel], item: Mapping[str, Any], **given: Any) -> dict[str, Any]:
-    """The documented ``shape`` read from a stored item's snake_case attributes (null when absent), ``given``
-    overriding: the response model is the one list of a view's fields, so the two cannot drift apart."""
-    return {name: item.get(source) for name, source in _sources(shape).items()} | given
-
-
-def approval_view(a: Mapping[str, Any]) -> dict[str, Any]:
-    return _view(Approval, a, refund=refund_view(a))
-
-
-def refund_view(a: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The provider's refund as the ledger last recorded it on the approval; null before RefundFlow began it."""
-    if not a.get("refund_provider"):
-        return None
-    failed = a.get("refund_status") == "FAILED"
-    return {
-        "provider": a["refund_provider"],
-        "refundId": a.get("refund_id") or None,
-        "status": a.get("refund_status"),
-        "failureReason": (a.get("failure_error") or None) if failed else None,
-        "failedLateAt": a.get("refund_failed_late_at") or None,
-    }
-
-
-def handoff_view(h: Mapping[str, Any]) -> dict[str, Any]:
-    return _view(Handoff, h, handoffId=h["approval_id"])  # hand-offs share the Approvals table's key
-
-
-def audit_view(r: Mapping[str, Any]) -> dict[str, Any]:
-    """Input and output are stored as JSON text: shown parsed (as stored when not JSON)."""
-
-    def parse(v: Any) -> Any:
-        try:
-            return json.loads(v) if isinstance(v, str) else v
-        except ValueError:
-            return v
-
-    return _view(AuditRecord, r, input=parse(r.get("input")), output=parse(r.get("output")))
-
-
-def _answer(decision: Decision) -> Response[dict[str, Any]]:
+def _answer(decision: Decision) -> Response[Approval]:
     """200 when the decision is final, 202 while RefundFlow still runs."""
-    return Response(200 if decision.done else 202, JSON, approval_view(decision.approval))
+    return Response(200 if decision.done else 202, JSON, Approval.of(decision.approval))
 
 
 _DECIDED = {
@@ -138,21 +91,18 @@ def _decision(
 def list_approvals(
     status: Annotated[ApprovalStatus | None, Query()] = None,
     nextToken: Annotated[str | None, Query(max_length=4096)] = None,
-) -> dict[str, Any]:
+) -> ApprovalList:
     _lead()
     page = pagination.page(nextToken, lambda start: lead_services().approvals.list(status, start_key=start))
-    return {
-        "approvals": [approval_view(a) for a in page.items if a.get("entity", "APPROVAL") == "APPROVAL"],
-        "nextToken": pagination.encode(page.next_key),
-    }
+    return ApprovalList(approvals=[Approval.of(a) for a in page.items], nextToken=pagination.encode(page.next_key))
 
 
 @router.get(
     "/api/approvals/<approval_id>", summary="Read an approval", responses=responses(Approval, 401, 403, 404), tags=_LEAD
 )
-def get_approval(approval_id: str) -> dict[str, Any]:
+def get_approval(approval_id: str) -> Approval:
     _lead()
-    return approval_view(lead_services().decisions.get(approval_id))
+    return Approval.of(lead_services().decisions.get(approval_id))
 
 
 @_decision(
@@ -166,12 +116,12 @@ def get_approval(approval_id: str) -> dict[str, Any]:
         "even before the sweep marks it EXPIRED)."
     ),
 )
-def approve(approval_id: str) -> Response[dict[str, Any]]:
+def approve(approval_id: str) -> Response[Approval]:
     return _answer(lead_services().decisions.approve(approval_id, _lead()))
 
 
 @_decision("reject", "Reject a PENDING refund (its reservation is released)", errors=(400, *_DECISION_ERRORS))
-def reject(approval_id: str, body: RejectRequest | None = None) -> Response[dict[str, Any]]:
+def reject(approval_id: str, body: RejectRequest | None = None) -> Response[Approval]:
     lead = _lead()
     return _answer(lead_services().decisions.reject(approval_id, lead, body.reason if body else None))
 
@@ -180,12 +130,12 @@ _NOT_WHILE_SETTLING = "409 when it is not FAILED, SETTLING included (the provide
 
 
 @_decision("retry", "Run RefundFlow again for a FAILED approval", description=_NOT_WHILE_SETTLING)
-def retry(approval_id: str) -> Response[dict[str, Any]]:
+def retry(approval_id: str) -> Response[Approval]:
     return _answer(lead_services().decisions.retry(approval_id, _lead()))
 
 
 @_decision("release", "Give up on a FAILED approval (its reservation is released)", description=_NOT_WHILE_SETTLING)
-def release(approval_id: str) -> Response[dict[str, Any]]:
+def release(approval_id: str) -> Response[Approval]:
     return _answer(lead_services().decisions.release(approval_id, _lead()))
 
 
@@ -193,13 +143,10 @@ def release(approval_id: str) -> Response[dict[str, Any]]:
 def list_handoffs(
     status: Annotated[Literal["OPEN", "CLOSED"], Query()] = "OPEN",
     nextToken: Annotated[str | None, Query(max_length=4096)] = None,
-) -> dict[str, Any]:
+) -> HandoffList:
     _lead()
-    page = pagination.page(nextToken, lambda start: lead_services().approvals.list(status, start_key=start))
-    return {
-        "handoffs": [handoff_view(h) for h in page.items if h.get("entity") == "HANDOFF"],
-        "nextToken": pagination.encode(page.next_key),
-    }
+    page = pagination.page(nextToken, lambda start: lead_services().handoffs.list(status, start_key=start))
+    return HandoffList(handoffs=[Handoff.of(h) for h in page.items], nextToken=pagination.encode(page.next_key))
 
 
 @router.post(
@@ -208,10 +155,10 @@ def list_handoffs(
     responses=responses(Handoff, 400, 401, 403, 404, 409),
     tags=_LEAD,
 )
-def close_handoff(handoff_id: str, body: CloseRequest | None = None) -> dict[str, Any]:
+def close_handoff(handoff_id: str, body: CloseRequest | None = None) -> Handoff:
     lead = _lead()
     services = lead_services()
-    return handoff_view(services.handoffs.close(handoff_id, lead, services.now(), body.note if body else None))
+    return Handoff.of(services.handoffs.close(handoff_id, lead, services.now(), body.note if body else None))
 
 
 @router.get(
@@ -224,7 +171,7 @@ def audit(
     conversationId: Annotated[str | None, Query(max_length=64, pattern=CONVERSATION_ID.pattern)] = None,
     customerId: Annotated[int | None, Query(ge=1, le=MAX_CUSTOMER_ID)] = None,
     nextToken: Annotated[str | None, Query(max_length=4096)] = None,
-) -> dict[str, Any]:
+) -> AuditPage:
     _lead()
     if (conversationId is None) == (customerId is None):
         raise InvalidRequest("give exactly one of conversationId or customerId")
@@ -241,7 +188,8 @@ def audit(
             lambda start: store.page_customer(customer, start),
             lambda k: k.get("customer_id") == {"N": str(customer)},
         )
-    return {"records": [audit_view(r) for r in rows], "nextToken": pagination.encode(last)}
+    records = [AuditRecord.of(StoredAuditRow.from_item(r)) for r in rows]
+    return AuditPage(records=records, nextToken=pagination.encode(last))
 
 
 @router.get(
@@ -256,7 +204,7 @@ def audit(
 def audit_verify(
     conversationId: Annotated[str | None, Query(max_length=64, pattern=CONVERSATION_ID.pattern)] = None,
     approvalId: Annotated[str | None, Query(max_length=64, pattern=APPROVAL_ID.pattern)] = None,
-) -> dict[str, Any]:
+) -> AuditVerification:
     _lead()
     if (conversationId is None) == (approvalId is None):
         raise InvalidRequest("give exactly one of conversationId or approvalId")
@@ -265,7 +213,7 @@ def audit_verify(
     answer = audit.verify_trail(stream)
     if answer["rows"] == 0 and audit.head(stream, []) is None:  # no row and no owner: nothing by that id
         raise NotFound("no audit trail by that id")
-    return answer
+    return AuditVerification.model_validate(answer)
 
 
 @router.post(
@@ -281,15 +229,15 @@ def audit_verify(
 )
 def erase_customer(
     customer_id: Annotated[int, Path(ge=1, le=MAX_CUSTOMER_ID)], body: EraseRequest | None = None
-) -> dict[str, Any]:
+) -> ErasureResult:
     lead = _lead()
     request_id = router.current_event.request_context.request_id or "local"
     report = lead_services().eraser.erase_customer(customer_id, lead, request_id, body.reason if body else None)
-    return {
-        "customerId": report.customer_id,
-        "conversations": report.conversations,
-        "messages": report.messages,
-        "skipped": report.skipped,
-        "complete": report.complete,
-        "auditEventId": report.audit_event_id,
-    }
+    return ErasureResult(
+        customerId=report.customer_id,
+        conversations=report.conversations,
+        messages=report.messages,
+        skipped=report.skipped,
+        complete=report.complete,
+        auditEventId=report.audit_event_id,
+    )

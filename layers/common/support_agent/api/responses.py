@@ -1,9 +1,10 @@
-"""The documented response shapes of the HTTP API, for the OpenAPI document.
+"""The response shapes of the HTTP API: the OpenAPI document's, and the lead routes' bodies themselves.
 
-Handlers build plain dicts (views); these models only describe them, through each route's
-``responses=`` (api/route_docs.py: the chat and events routes name them, so their functions never import
-this module). The integration tests validate real answers against the generated document, so a
-view and its model cannot drift apart silently. ``extra="forbid"`` makes that check strict.
+A lead route returns its model, built from the stored record by the model's ``of`` (an approval's from
+store/approvals.py `Approval`, a hand-off's, an audit row's), and Powertools validates and serialises what it
+returns: one declaration is the document and the body. The chat and events routes name their models
+(api/route_docs.py) and build dicts, so their functions never import this module (docs/PERFORMANCE.md); the
+integration tests validate their answers against the generated document. ``extra="forbid"`` makes that strict.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.payments.vocabulary import CustomerRefundStatus
+from support_agent.payments.vocabulary import CustomerRefundStatus, LedgerStatus
+from support_agent.store import approvals, audit, handoffs
 from support_agent.store.approvals import ApprovalStatus
-from support_agent.store.ledger import LedgerStatus
 
 
 class _Shape(BaseModel):
@@ -196,6 +197,19 @@ class ApprovalRefund(_Shape):
         None, description="When the provider failed a refund it had already made (failed after succeeded)"
     )
 
+    @classmethod
+    def of(cls, a: approvals.Approval) -> ApprovalRefund | None:
+        """The refund as its ledger row last recorded it on the approval; None before RefundFlow began it."""
+        if not a.refund_provider or a.refund_status is None:
+            return None
+        return cls(
+            provider=a.refund_provider,
+            refundId=a.refund_id or None,
+            status=a.refund_status,
+            failureReason=(a.failure_error or None) if a.refund_status == "FAILED" else None,
+            failedLateAt=a.refund_failed_late_at or None,
+        )
+
 
 class Approval(_Shape):
     approvalId: str
@@ -210,6 +224,23 @@ class Approval(_Shape):
     decidedBy: str | None
     decidedAt: str | None
     refund: ApprovalRefund | None = Field(..., description="null until RefundFlow starts the refund")
+
+    @classmethod
+    def of(cls, a: approvals.Approval) -> Approval:
+        return cls(
+            approvalId=a.approval_id,
+            orderId=a.order_id,
+            customerId=a.customer_id,
+            amountCents=a.amount_cents,
+            currency=a.currency,
+            reason=a.reason,
+            status=a.status,
+            conversationId=a.conversation_id,
+            createdAt=a.created_at,
+            decidedBy=a.decided_by,
+            decidedAt=a.decided_at,
+            refund=ApprovalRefund.of(a),
+        )
 
 
 class ApprovalList(_Shape):
@@ -226,6 +257,19 @@ class Handoff(_Shape):
     createdAt: str | None
     closedBy: str | None
     closedAt: str | None
+
+    @classmethod
+    def of(cls, h: handoffs.Handoff) -> Handoff:
+        return cls(
+            handoffId=h.handoff_id,
+            status=h.status,
+            customerId=h.customer_id,
+            conversationId=h.conversation_id,
+            reason=h.reason,
+            createdAt=h.created_at,
+            closedBy=h.closed_by,
+            closedAt=h.closed_at,
+        )
 
 
 class HandoffList(_Shape):
@@ -250,6 +294,27 @@ class AuditRecord(_Shape):
     customerId: int | None
     requestId: str | None
     createdAt: str | None
+
+    @classmethod
+    def of(cls, r: audit.AuditRecord) -> AuditRecord:
+        return cls(
+            eventId=r.event_id,
+            stream=r.stream,
+            n=r.n,
+            action=r.action,
+            tool=r.tool,
+            input=r.input,
+            output=r.output,
+            outcome=r.outcome,
+            actor=r.actor,
+            conversationId=r.conversation_id,
+            approvalId=r.approval_id,
+            handoffId=r.handoff_id,
+            refundKey=r.refund_key,
+            customerId=r.customer_id,
+            requestId=r.request_id,
+            createdAt=r.created_at,
+        )
 
 
 class AuditPage(_Shape):

@@ -1,8 +1,8 @@
 """A route's ``responses=``: its statuses, their descriptions and the model of each body.
 
-The response models (api/responses.py) only describe answers in the OpenAPI document: no request or
-answer is validated against them. So a route may name its model instead of importing it, and the chat
-and events functions do: their cold start skips building ~40 pydantic classes (docs/PERFORMANCE.md).
+A lead route returns its response model (api/responses.py), the body itself; a chat or events route builds
+a dict, and its model only describes it in the OpenAPI document. So those routes may name their model
+instead of importing it, and do: their cold start skips building ~40 pydantic classes (docs/PERFORMANCE.md).
 ``documented`` puts the classes in when the document is built (api/openapi.py); until then Powertools
 sees no model under a named one and builds nothing for it.
 """

@@ -31,7 +31,7 @@ from support_agent import observability as obs
 from support_agent.approvals.flow import start_flow
 from support_agent.errors import Conflict, NotFound
 from support_agent.ids import APPROVAL_ID
-from support_agent.store.approvals import ApprovalStore, ReservationMissing, StateConflict
+from support_agent.store.approvals import Approval, ApprovalStore, ReservationMissing, StateConflict
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def _settling_refusal(verb: str) -> Conflict:
 
 @dataclass(frozen=True)
 class Decision:
-    approval: dict[str, Any]
+    approval: Approval
     done: bool  # False while RefundFlow still runs (202)
 
 
@@ -65,12 +65,12 @@ class ApprovalDecisions:
     clock: Callable[[], float] = time.monotonic
     ttl: timedelta | None = None
 
-    def get(self, approval_id: str) -> dict[str, Any]:
+    def get(self, approval_id: str) -> Approval:
+        """The approval (the store answers None for the table's hand-offs too): NotFound when there is none."""
         approval = self.store.get(approval_id) if APPROVAL_ID.match(approval_id) else None
-        if approval is not None:
-            obs.logger.append_keys(approval_id=approval_id)  # every decision starts here: the correlation id
-        if approval is None or approval.get("entity", "APPROVAL") != "APPROVAL":
+        if approval is None:
             raise NotFound("approval not found")
+        obs.logger.append_keys(approval_id=approval_id)  # every decision starts here: the correlation id
         return approval
 
     def _start_and_await(self, approval_id: str, retry: int = 0) -> Decision:
@@ -87,7 +87,7 @@ class ApprovalDecisions:
         until = self.clock() + self.wait_seconds
         while True:
             approval = self.get(approval_id)
-            if approval["status"] in FINAL:
+            if approval.status in FINAL:
                 return Decision(approval, True)
             if self.clock() >= until:
                 return Decision(approval, False)
@@ -110,7 +110,7 @@ class ApprovalDecisions:
             if exc.status != "APPROVED":
                 raise Conflict(f"{exc.message}; it cannot be approved") from None
             # Approved before (perhaps by a request that died before starting the flow): ensure it runs.
-            return self._start_and_await(approval_id, int((exc.current or {}).get("retries", 0)))
+            return self._start_and_await(approval_id, exc.current.retries if exc.current else 0)
         obs.emit(obs.APPROVALS_APPROVED)
         return self._start_and_await(approval_id)
 
@@ -133,7 +133,7 @@ class ApprovalDecisions:
                 raise _settling_refusal("retried") from None
             raise Conflict(f"{exc.message}; only a FAILED refund can be retried") from None
         obs.emit(obs.REFUND_RETRIES)
-        return self._start_and_await(approval_id, int(approval.get("retries", 1)))
+        return self._start_and_await(approval_id, approval.retries)
 
     def release(self, approval_id: str, lead: str) -> Decision:
         return self._give_back(approval_id, lead, _RELEASE)

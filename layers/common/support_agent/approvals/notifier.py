@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, Json
 from support_agent import observability as obs
 from support_agent.clock import Clock, iso, utc_datetime
 from support_agent.ids import APPROVAL_ID
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 
 if TYPE_CHECKING:
     from mypy_boto3_sns.client import SNSClient
@@ -73,23 +73,22 @@ class Outcome(StrEnum):
     NOT_PENDING = "not_pending"
 
 
-def lead_message(approval: dict[str, Any]) -> tuple[str, str]:
+def lead_message(approval: Approval) -> tuple[str, str]:
     """(subject, JSON message) for the leads: the approval's facts, nothing secret.
 
     The reason is customer/model-supplied text, so it goes only into the JSON (escaped), never
     into the subject line.
     """
-    amount = int(approval["amount_cents"])
-    currency = str(approval.get("currency", ""))
-    subject = f"Refund approval needed: order {approval['order_id']}, {amount // 100}.{amount % 100:02d} {currency}"
+    amount, currency = approval.amount_cents, approval.currency
+    subject = f"Refund approval needed: order {approval.order_id}, {amount // 100}.{amount % 100:02d} {currency}"
     body = {
-        "approvalId": approval["approval_id"],
-        "orderId": approval["order_id"],
-        "customerId": approval["customer_id"],
+        "approvalId": approval.approval_id,
+        "orderId": approval.order_id,
+        "customerId": approval.customer_id,
         "amountCents": amount,
         "currency": currency,
-        "reason": approval.get("reason", ""),
-        "createdAt": approval.get("created_at"),
+        "reason": approval.reason,
+        "createdAt": approval.created_at,
     }
     return subject[:SUBJECT_MAX], json.dumps(body, ensure_ascii=False)
 
@@ -115,9 +114,9 @@ class ApprovalNotifier:
         if approval is None:
             logger.warning("approval %s not found; nothing to notify", approval_id)
             return Outcome.NOT_FOUND
-        if approval.get("status") != "PENDING":
+        if approval.status != "PENDING":
             return Outcome.NOT_PENDING
-        if approval.get("notified_at"):
+        if approval.notified_at:
             return Outcome.ALREADY_NOTIFIED
         now = self._clock()
         until = iso(now + self.claim)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from support_agent import observability as obs
 from support_agent.approvals.flow import start_flow
 from support_agent.clock import Clock, iso, parse_iso, utc_datetime
-from support_agent.store.approvals import ApprovalStore, StateConflict
+from support_agent.store.approvals import Approval, ApprovalStore, StateConflict
 from support_agent.store.dynamo import DynamoDBClient, from_item, to_values
 
 if TYPE_CHECKING:
@@ -114,8 +114,7 @@ class ApprovalSweeper:
                 truncated = True
                 break
             scanned += 1
-            approval_id = str(approval["approval_id"])
-            created_at = str(approval["created_at"])
+            approval_id, created_at = approval.approval_id, approval.created_at
             try:
                 if created_at < expire_before:
                     self.store.release(
@@ -131,8 +130,8 @@ class ApprovalSweeper:
                     obs.emit(obs.APPROVALS_EXPIRED)
                 elif (
                     created_at < renotify_before
-                    and not approval.get("notified_at")
-                    and str(approval.get("notify_claim_until", "")) <= now_s  # no live claim
+                    and not approval.notified_at
+                    and (approval.notify_claim_until or "") <= now_s  # no live claim
                 ):
                     self._sqs.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps({"approvalId": approval_id}))
                     requeued += 1
@@ -163,8 +162,8 @@ class ApprovalSweeper:
         oldest = 0.0
         try:
             for approval in self._created_before("APPROVED", before):
-                approval_id = str(approval["approval_id"])
-                since = str(approval.get("retried_at") or approval.get("decided_at") or approval["created_at"])
+                approval_id = approval.approval_id
+                since = approval.retried_at or approval.decided_at or approval.created_at
                 oldest = max(oldest, _age(now, since))
                 if since >= before or self._sfn is None:
                     continue
@@ -173,7 +172,7 @@ class ApprovalSweeper:
                     continue  # keep reading: the age must cover them all
                 attempts += 1
                 try:
-                    if start_flow(self._sfn, self._arn, approval_id, int(approval.get("retries", 0))):
+                    if start_flow(self._sfn, self._arn, approval_id, approval.retries):
                         started += 1
                         logger.warning(
                             "started RefundFlow for an approval whose flow never started",
@@ -211,7 +210,7 @@ class ApprovalSweeper:
             logger.info("oldest pending approval", extra={"approval_id": items[0]["approval_id"], "age_seconds": age})
         obs.emit(obs.OLDEST_PENDING_APPROVAL_AGE, round(age))
 
-    def _created_before(self, status: str, before: str) -> Iterator[dict[str, Any]]:
+    def _created_before(self, status: str, before: str) -> Iterator[Approval]:
         """Approvals in ``status`` with ``created_at < before``, oldest first, page by page."""
         kwargs: dict[str, Any] = {
             "TableName": self.store.table,
@@ -225,7 +224,7 @@ class ApprovalSweeper:
         while True:
             out = self._db.query(**kwargs)
             for item in out.get("Items", []):
-                yield from_item(item)
+                yield Approval.from_item(from_item(item))
             if "LastEvaluatedKey" not in out:
                 return
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from support_agent.messages import Deadline
 from support_agent.payments.settle import RefundSettler
-from support_agent.store.approvals import ApprovalStore
+from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.ledger import LedgerRace, ReservationMissing, approved_refund_sk
 
 ACTOR = "refund-flow"
@@ -57,7 +57,7 @@ class RefundStep:
             approval = self.approvals.get(approval_id)
             if approval is None:
                 raise ApprovalNotFound(approval_id)
-            status = approval.get("status")
+            status = approval.status
             if status == "REFUNDED":
                 return self._answer(approval, replayed=True)
             if status == "APPROVED":
@@ -76,7 +76,7 @@ class RefundStep:
                 approval = self.approvals.get(approval_id) or approval
             elif status != "SETTLING":
                 raise ApprovalNotApproved(f"approval {approval_id} is {status}; nothing was changed")
-            row = self.settler.ledger.get(int(approval["customer_id"]), approved_refund_sk(approval_id))
+            row = self.settler.ledger.get(approval.customer_id, approved_refund_sk(approval_id))
             if row is None:
                 raise ApprovalNotApproved(f"approval {approval_id} is SETTLING without a refund row")
             settled = self.settler.settle(row, actor=ACTOR, request_id=execution, deadline=deadline)
@@ -90,10 +90,10 @@ class RefundStep:
         raise PaymentOutcomeUnknown(f"approval {approval_id} kept changing under the refund step")
 
     @staticmethod
-    def _answer(approval: dict[str, Any], *, replayed: bool) -> dict[str, Any]:
+    def _answer(approval: Approval, *, replayed: bool) -> dict[str, Any]:
         return {
-            "approvalId": approval["approval_id"],
-            "status": approval.get("status"),
-            "refundId": approval.get("refund_id"),
+            "approvalId": approval.approval_id,
+            "status": approval.status,
+            "refundId": approval.refund_id,
             "replayed": replayed,
         }

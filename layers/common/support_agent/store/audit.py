@@ -6,13 +6,16 @@ Rows are only ever written as part of the transaction that does the audited thin
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from support_agent.ids import ulid
+from support_agent.store.audit_chain import CHAIN_FIELDS, Head, verify
 from support_agent.store.audit_chain import VERSION as CHAIN_VERSION
-from support_agent.store.audit_chain import Head, verify
 from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, put_new, to_item, to_values
+from support_agent.store.records import Record
 
 if TYPE_CHECKING:
     from support_agent.store.audit_seal import SealReader
@@ -25,8 +28,26 @@ def _clip(value: Any) -> str:
     return text if len(text) <= AUDIT_PAYLOAD_MAX_CHARS else text[:AUDIT_PAYLOAD_MAX_CHARS] + "…[truncated]"
 
 
+_NOT_PAYLOAD = CHAIN_FIELDS | {"extra"}  # what `item` leaves out: the chain's fields, the undeclared attributes
+
+
+def _parsed(value: Any) -> Any:
+    """A stored payload (JSON text) as its value; as stored when it is not JSON (clipped, say)."""
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
 @dataclass(frozen=True)
-class AuditRecord:
+class AuditRecord(Record):
+    """One audit row. Written by `put`, in the audited change's transaction; read back by `from_item` (the
+    lead's view, api/responses.py ``AuditRecord.of``), ``input``/``output`` parsed from their stored JSON
+    text. The trail's reads and the chain's verification keep the stored rows as they are: the chain hashes
+    the stored text."""
+
+    KIND: ClassVar[str] = "audit row"
+
     stream: str
     action: str
     actor: str
@@ -51,6 +72,10 @@ class AuditRecord:
     prev_hash: str | None = None
     hash: str | None = None
 
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> Self:
+        return super().from_item({**item, "input": _parsed(item.get("input")), "output": _parsed(item.get("output"))})
+
     def put(self, table: str) -> dict[str, Any]:
         """The TransactWriteItems element that writes this row exactly once (chained: see `audit_chain.chain`)."""
         chain = {}
@@ -69,26 +94,12 @@ class AuditRecord:
         return {k: v for k, v in self.item().items() if v is not None}
 
     def item(self) -> dict[str, Any]:
-        return {
-            "stream": self.stream,
-            "event_id": self.event_id,
-            "action": self.action,
-            "actor": self.actor,
-            "outcome": self.outcome,
-            "customer_id": self.customer_id,
-            "created_at": self.created_at,
-            "tool": self.tool,
-            "input": None if self.input is None else _clip(self.input),
-            "output": None if self.output is None else _clip(self.output),
-            "conversation_id": self.conversation_id,
-            "approval_id": self.approval_id,
-            "request_id": self.request_id,
-            "tool_use_id": self.tool_use_id,
-            "handoff_id": self.handoff_id,
-            "refund_key": self.refund_key,
-            "origin": self.origin,
-            "client": self.client,
-        }
+        """The row's declared attributes but its chain's (`put` adds those), payloads as clipped JSON text."""
+        out = {k: v for k, v in self.__dict__.items() if v is not None and k not in _NOT_PAYLOAD}
+        for name in ("input", "output"):
+            if name in out:
+                out[name] = _clip(out[name])
+        return out
 
 
 # The streams a row names, and the key prefix of each: a conversation's trail follows them.

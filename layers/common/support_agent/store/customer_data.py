@@ -6,11 +6,35 @@ account is simply not there.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from support_agent.store.dynamo import DynamoDBClient, from_item, to_item, to_values
+from support_agent.store.records import Record
 
 REFUNDABLE_STATUSES = ("DELIVERED", "SHIPPED")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Order(Record):
+    """An order (``ORDER#<id>``). Its money moves only by the conditional updates of store/refunds.py,
+    store/ledger.py and store/approvals.py: ``available + reserved + refunded = total``."""
+
+    KIND: ClassVar[str] = "order"
+
+    customer_id: int
+    order_id: int
+    status: str
+    total_cents: int
+    currency: str
+    available_cents: int = 0
+    reserved_cents: int = 0
+    refunded_cents: int = 0
+    items: list[dict[str, Any]] = field(default_factory=list)
+    placed_at: str = ""
+    note: str = ""
+    payment_intent: str = ""  # the card payment a refund goes back to (none: not refundable at a provider)
+    sk: str = ""
 
 
 def order_key(customer_id: int, order_id: int) -> dict[str, Any]:
@@ -34,8 +58,9 @@ class CustomerDataStore:
         item = out.get("Item")
         return from_item(item) if item else None
 
-    def get_order(self, customer_id: int, order_id: int) -> dict[str, Any] | None:
-        return self.get(customer_id, f"ORDER#{order_id}")
+    def get_order(self, customer_id: int, order_id: int) -> Order | None:
+        item = self.get(customer_id, f"ORDER#{order_id}")
+        return Order.from_item(item) if item is not None else None
 
     def query_prefix(self, customer_id: int, prefix: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

@@ -18,16 +18,69 @@ the ticket records its ``holder`` and no ``conversation_id``, and closing it fre
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
 
 from support_agent.errors import Conflict, NotFound
 from support_agent.ids import ulid
+from support_agent.store.approvals import Page, query_page
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.dynamo import DynamoDBClient, cancellation_as, from_item, put_new, to_item, to_values
+from support_agent.store.records import Record, optional
 
 ENTITY = "HANDOFF"
 CALL_ENTITY = "HANDOFF_CALL"
+HandoffStatus = Literal["OPEN", "CLOSED"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handoff(Record):
+    """A ticket, keyed ``approval_id`` as the table is (``handoff_id`` is the same id). The lead's view
+    (api/responses.py ``Handoff.of``) is built from it."""
+
+    KIND: ClassVar[str] = "hand-off"
+
+    approval_id: str
+    status: HandoffStatus
+    customer_id: int
+    created_at: str
+    entity: str = ENTITY
+    conversation_id: str | None = None  # none for an MCP call's ticket: its ``holder`` names it
+    holder: str | None = None
+    reason: str = ""
+    tool_use_id: str = ""
+    requested_by: str = ""
+    closed_by: str | None = None
+    closed_at: str | None = None
+    # The head of the hand-off's audit stream (store/audit_chain.py), which this item owns.
+    audit_n: int = optional(0)
+    audit_hash: str = optional("")
+    audit_event: str = optional("")
+
+    @property
+    def handoff_id(self) -> str:
+        return self.approval_id
+
+    @property
+    def head(self) -> Head:
+        return Head(self.audit_n, self.audit_hash, self.audit_event)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandoffCall(Record):
+    """The per-call record: which ticket one tool call opened, whatever has happened to it since."""
+
+    KIND: ClassVar[str] = "hand-off call"
+
+    approval_id: str  # `call_key`
+    handoff_id: str
+    customer_id: int
+    seq: int
+    tool_use_id: str
+    recorded_at: str
+    entity: str = CALL_ENTITY
+    conversation_id: str | None = None
 
 
 def call_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
@@ -38,12 +91,12 @@ def call_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
 class HandoffConflict(Conflict):
     """The ticket is not OPEN (closed already, or by a lead at the same moment); ``current`` is what it is."""
 
-    def __init__(self, current: dict[str, Any]) -> None:
-        super().__init__(f"hand-off is {current.get('status')}")
+    def __init__(self, current: Handoff) -> None:
+        super().__init__(f"hand-off is {current.status}")
         self.current = current
 
 
-def _conflict(current: dict[str, Any] | None) -> HandoffConflict | NotFound:
+def _conflict(current: Handoff | None) -> HandoffConflict | NotFound:
     return NotFound("hand-off not found") if current is None else HandoffConflict(current)
 
 
@@ -54,12 +107,17 @@ class HandoffStore:
         self._conversations = conversations_table
         self._audit = audit_table
 
-    def get(self, handoff_id: str) -> dict[str, Any] | None:
+    def get(self, handoff_id: str) -> Handoff | None:
         out = self._db.get_item(TableName=self.table, Key=to_item({"approval_id": handoff_id}), ConsistentRead=True)
         item = out.get("Item")
-        return from_item(item) if item and item.get("entity", {}).get("S") == ENTITY else None
+        return Handoff.from_item(from_item(item)) if item and item.get("entity", {}).get("S") == ENTITY else None
 
-    def open_for(self, conversation_id: str) -> dict[str, Any] | None:
+    def list(self, status: HandoffStatus, limit: int = 25, start_key: dict[str, Any] | None = None) -> Page[Handoff]:
+        """Newest first, by_status (no approval has a hand-off's status; the filter holds it to that)."""
+        items, next_key = query_page(self._db, self.table, status, ENTITY, limit, start_key)
+        return Page([Handoff.from_item(i) for i in items if i.get("entity") == ENTITY], next_key)
+
+    def open_for(self, conversation_id: str) -> Handoff | None:
         """The open ticket the conversation header (or an MCP holder item) names."""
         out = self._db.get_item(
             TableName=self._conversations,
@@ -78,7 +136,7 @@ class HandoffStore:
             ConsistentRead=True,
         )
         item = from_item(out.get("Item") or {})
-        return str(item["handoff_id"]) if item.get("entity") == CALL_ENTITY else None
+        return HandoffCall.from_item(item).handoff_id if item.get("entity") == CALL_ENTITY else None
 
     def open(
         self,
@@ -91,7 +149,7 @@ class HandoffStore:
         request_id: str,
         now: str,
         holder: str | None = None,
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[Handoff, bool]:
         """Open a ticket unless one is open for the conversation; returns (ticket, created).
 
         ``holder`` (an MCP call): the per-customer item naming the open ticket, in place of a conversation
@@ -101,18 +159,17 @@ class HandoffStore:
         call that got that answer is safely repaired as "not executed" and may simply run again.
         """
         handoff_id = f"hof_{ulid()}"
-        ticket = {
-            "approval_id": handoff_id,
-            "entity": ENTITY,
-            "status": "OPEN",
-            "customer_id": customer_id,
-            "conversation_id": None if holder else conversation_id,
-            "holder": holder,
-            "reason": reason,
-            "tool_use_id": tool_use_id,
-            "requested_by": actor,
-            "created_at": now,
-        }
+        ticket = Handoff(
+            approval_id=handoff_id,
+            status="OPEN",
+            customer_id=customer_id,
+            conversation_id=None if holder else conversation_id,
+            holder=holder,
+            reason=reason,
+            tool_use_id=tool_use_id,
+            requested_by=actor,
+            created_at=now,
+        )
         opened = AuditRecord(
             stream=f"handoff#{handoff_id}",
             action="handoff_opened",
@@ -130,21 +187,19 @@ class HandoffStore:
         )
         # The hand-off's own stream starts here; the ticket holds its head.
         (audit,), head = chain(Head(), [opened])
-        ticket_item = {**ticket, **head.attributes()}
-
-        record = {
-            "approval_id": call_key(conversation_id, seq, tool_use_id),
-            "entity": CALL_ENTITY,
-            "handoff_id": handoff_id,
-            "customer_id": customer_id,
-            "conversation_id": None if holder else conversation_id,
-            "seq": seq,
-            "tool_use_id": tool_use_id,
-            "recorded_at": now,
-        }
+        ticket = replace(ticket, audit_n=head.n, audit_hash=head.hash, audit_event=head.event_id)
+        record = HandoffCall(
+            approval_id=call_key(conversation_id, seq, tool_use_id),
+            handoff_id=handoff_id,
+            customer_id=customer_id,
+            conversation_id=None if holder else conversation_id,
+            seq=seq,
+            tool_use_id=tool_use_id,
+            recorded_at=now,
+        )
         items = [
-            put_new(self.table, ticket_item, "approval_id"),
-            put_new(self.table, record, "approval_id"),
+            put_new(self.table, ticket.item(), "approval_id"),
+            put_new(self.table, record.item(), "approval_id"),
             {
                 "Update": {
                     "TableName": self._conversations,
@@ -172,25 +227,26 @@ class HandoffStore:
             return exc.current, False
         return ticket, True
 
-    def close(self, handoff_id: str, lead: str, now: str, note: str | None = None) -> dict[str, Any]:
+    def close(self, handoff_id: str, lead: str, now: str, note: str | None = None) -> Handoff:
         ticket = self.get(handoff_id)
-        if ticket is None or ticket["status"] != "OPEN":
+        if ticket is None or ticket.status != "OPEN":
             raise _conflict(ticket)
         record = AuditRecord(
             stream=f"handoff#{handoff_id}",
             action="handoff_closed",
             actor=lead,
             outcome="CLOSED",
-            customer_id=int(ticket["customer_id"]),
+            customer_id=ticket.customer_id,
             created_at=now,
             input={"note": note} if note else None,
             output={"handoff_id": handoff_id},
-            conversation_id=ticket.get("conversation_id"),
+            conversation_id=ticket.conversation_id,
             handoff_id=handoff_id,
         )
-        read = Head.of(ticket)
+        read = ticket.head
         (audit,), head = chain(read, [record])
         (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
+        closed_sets, closed_names, closed_values = Handoff.assign({"closed_by": lead, "closed_at": now})
         with cancellation_as(lambda _codes: _conflict(self.get(handoff_id))):
             self._db.transact_write_items(
                 TransactItems=[
@@ -198,18 +254,11 @@ class HandoffStore:
                         "Update": {
                             "TableName": self.table,
                             "Key": to_item({"approval_id": handoff_id}),
-                            "UpdateExpression": f"SET #st = :closed, closed_by = :lead, closed_at = :now, {head_sets}",
+                            "UpdateExpression": f"SET #st = :closed, {', '.join(closed_sets)}, {head_sets}",
                             "ConditionExpression": f"#st = :open AND {head_if}",
-                            "ExpressionAttributeNames": {"#st": "status"},
+                            "ExpressionAttributeNames": {"#st": "status", **closed_names},
                             "ExpressionAttributeValues": to_values(
-                                {
-                                    ":closed": "CLOSED",
-                                    ":open": "OPEN",
-                                    ":lead": lead,
-                                    ":now": now,
-                                    **head_values,
-                                    **head_new,
-                                }
+                                {":closed": "CLOSED", ":open": "OPEN", **closed_values, **head_values, **head_new}
                             ),
                         }
                     },
@@ -217,9 +266,7 @@ class HandoffStore:
                         "Update": {
                             "TableName": self._conversations,
                             # the conversation's header, or an MCP ticket's holder item
-                            "Key": to_item(
-                                {"conversation_id": ticket.get("holder") or ticket["conversation_id"], "seq": 0}
-                            ),
+                            "Key": to_item({"conversation_id": ticket.holder or ticket.conversation_id, "seq": 0}),
                             "UpdateExpression": "REMOVE open_handoff_id",
                             "ConditionExpression": "open_handoff_id = :h",
                             "ExpressionAttributeValues": to_values({":h": handoff_id}),

@@ -29,14 +29,14 @@ call, whose tool result already says it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
 
 from botocore.exceptions import ClientError
 
 from support_agent.payments.port import attempt_key
-from support_agent.payments.vocabulary import customer_status
-from support_agent.store.approvals import decided_note
+from support_agent.payments.vocabulary import LedgerStatus, customer_status
+from support_agent.store.approvals import Approval, decided_note
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.customer_data import order_key
@@ -51,8 +51,8 @@ from support_agent.store.dynamo import (
     to_values,
 )
 from support_agent.store.notifications import Notification, NotificationStore
+from support_agent.store.records import Record, optional
 
-LedgerStatus = Literal["REQUESTED", "SETTLING", "SUCCEEDED", "FAILED"]
 UNSETTLED: tuple[LedgerStatus, ...] = ("REQUESTED", "SETTLING")
 FINAL: tuple[LedgerStatus, ...] = ("SUCCEEDED", "FAILED")
 # Index keys (template.yaml, CustomerDataTable): `unsettled` holds only REQUESTED/SETTLING rows, by
@@ -73,8 +73,13 @@ def direct_refund_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
     return f"{conversation_id}:{seq}:{tool_use_id}"
 
 
-@dataclass(frozen=True)
-class LedgerRow:
+@dataclass(frozen=True, kw_only=True)
+class LedgerRow(Record):
+    """A ledger row, every attribute this module reads; the rest (timestamps, the index keys, the audit head)
+    stay in ``extra``. `new_row_item` writes a new one from `Record.item`."""
+
+    KIND: ClassVar[str] = "ledger row"
+
     customer_id: int
     sk: str
     kind: Kind
@@ -82,39 +87,15 @@ class LedgerRow:
     order_id: int
     amount_cents: int
     currency: str
-    payment_intent: str
+    payment_intent: str = ""  # none on a row written before orders carried one
     status: LedgerStatus
     attempt: int
-    provider: str
-    conversation_id: str = ""
-    approval_id: str = ""
-    tool_use_id: str = ""  # a direct refund's tool call
-    refund_id: str = ""
-    failure_code: str = ""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # the item's other attributes
-
-    @classmethod
-    def from_item(cls, item: dict[str, Any]) -> LedgerRow:
-        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
-        return cls(
-            customer_id=int(item["customer_id"]),
-            sk=str(item["sk"]),
-            kind=item["kind"],
-            refund_key=str(item["refund_key"]),
-            order_id=int(item["order_id"]),
-            amount_cents=int(item["amount_cents"]),
-            currency=str(item["currency"]),
-            payment_intent=str(item.get("payment_intent", "")),
-            status=item["status"],
-            attempt=int(item["attempt"]),
-            provider=str(item.get("provider", "none")),
-            conversation_id=str(item.get("conversation_id") or ""),
-            approval_id=str(item.get("approval_id") or ""),
-            tool_use_id=str(item.get("tool_use_id") or ""),
-            refund_id=str(item.get("refund_id") or ""),
-            failure_code=str(item.get("failure_code") or ""),
-            extra={k: v for k, v in item.items() if k not in known},
-        )
+    provider: str = "none"
+    conversation_id: str = optional("")
+    approval_id: str = optional("")
+    tool_use_id: str = optional("")  # a direct refund's tool call
+    refund_id: str = optional("")
+    failure_code: str = optional("")
 
     @property
     def settled(self) -> bool:
@@ -196,21 +177,8 @@ class RefundLedger:
     def new_row_item(table: str, row: LedgerRow, now: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The Put that writes a new unsettled row once; callers add it to their transaction."""
         item = {
-            "customer_id": row.customer_id,
-            "sk": row.sk,
-            "kind": row.kind,
-            "refund_key": row.refund_key,
-            "order_id": row.order_id,
-            "amount_cents": row.amount_cents,
-            "currency": row.currency,
-            "payment_intent": row.payment_intent,
-            "status": row.status,
-            "attempt": row.attempt,
+            **row.item(),
             "attempt_started_at": now,
-            "provider": row.provider,
-            "conversation_id": row.conversation_id or None,
-            "approval_id": row.approval_id or None,
-            "tool_use_id": row.tool_use_id or None,
             "unsettled": UNSETTLED_INDEX_KEY,  # in the sparse index until a final outcome removes it
             "ledger": LEDGER_INDEX_KEY,
             "created_at": now,
@@ -219,7 +187,7 @@ class RefundLedger:
         }
         return put_new(table, item, "sk")
 
-    def begin_approved(self, approval: dict[str, Any], provider: str, now: str, actor: str) -> LedgerRow:
+    def begin_approved(self, approval: Approval, provider: str, now: str, actor: str) -> LedgerRow:
         """APPROVED -> SETTLING with the refund's REQUESTED row, in one transaction, before the provider call.
 
         The row is new (attempt 1), or a FAILED one a lead retried (attempt ``n + 1``). `LedgerRace` when
@@ -227,8 +195,7 @@ class RefundLedger:
         when the order no longer holds the amount reserved: a refund made then could never be recorded
         (SUCCEEDED moves reserved -> refunded), so the provider is not asked (`fail_unstarted`).
         """
-        approval_id = approval["approval_id"]
-        customer_id = int(approval["customer_id"])
+        approval_id, customer_id = approval.approval_id, approval.customer_id
         sk = approved_refund_sk(approval_id)
         current = self.get(customer_id, sk)
         row = LedgerRow(
@@ -236,14 +203,14 @@ class RefundLedger:
             sk=sk,
             kind="approved",
             refund_key=approval_id,
-            order_id=int(approval["order_id"]),
-            amount_cents=int(approval["amount_cents"]),
-            currency=str(approval["currency"]),
-            payment_intent=str(approval.get("payment_intent") or self._order_intent(customer_id, approval)),
+            order_id=approval.order_id,
+            amount_cents=approval.amount_cents,
+            currency=approval.currency,
+            payment_intent=approval.payment_intent or self._order_intent(customer_id, approval.order_id),
             status="REQUESTED",
             attempt=1 if current is None else current.attempt + 1,
             provider=provider,
-            conversation_id=str(approval.get("conversation_id") or ""),
+            conversation_id=approval.conversation_id or "",
             approval_id=approval_id,
         )
         record = AuditRecord(
@@ -318,40 +285,45 @@ class RefundLedger:
 
         with cancellation_as(cancelled):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        return LedgerRow(**{**_fields(row), "extra": head.attributes()})
+        return replace(row, extra=head.attributes())
 
-    def fail_unstarted(self, approval: dict[str, Any], now: str, actor: str, code: str, request_id: str = "") -> None:
+    def fail_unstarted(self, approval: Approval, now: str, actor: str, code: str, request_id: str = "") -> None:
         """APPROVED -> FAILED with its audit row, before any provider call of this attempt (nothing to look up).
 
         The reservation stays as the order has it, for the lead to put right and retry, or release.
         `LedgerRace` when the approval is no longer APPROVED.
         """
-        approval_id = approval["approval_id"]
+        approval_id = approval.approval_id
         record = AuditRecord(
             stream=f"approval#{approval_id}",
             action="refund_failed",
             actor=actor,
             outcome="FAILED",
-            customer_id=int(approval["customer_id"]),
+            customer_id=approval.customer_id,
             created_at=now,
             output={
-                "order_id": int(approval["order_id"]),
-                "amount_cents": int(approval["amount_cents"]),
-                "currency": str(approval["currency"]),
+                "order_id": approval.order_id,
+                "amount_cents": approval.amount_cents,
+                "currency": approval.currency,
                 "failure_code": code,
             },
-            conversation_id=str(approval.get("conversation_id") or "") or None,
+            conversation_id=approval.conversation_id or None,
             approval_id=approval_id,
             request_id=request_id or None,
         )
-        read = Head.of(approval)  # the approval's stream: the approval item holds its head
+        read = approval.head  # the approval's stream: the approval item holds its head
         (audit,), head = chain(read, [record])
         update = self._approval_update(
             approval_id, "APPROVED", "FAILED", now, {"failed_at": now, "failure_error": code}, audit=(read, head)
         )
         items = [update, audit.put(self._audit)]
+        note = None
+        if self._notes is not None:
+            note = decided_note(
+                approval.conversation_id, approval_id, approval.order_id, approval.amount_cents, "FAILED", now
+            )
         with cancellation_as(lambda codes: LedgerRace(f"approval {approval_id} changed")):
-            self._transact(items, decided_note(approval, "FAILED", now) if self._notes is not None else None)
+            self._transact(items, note)
 
     def record(
         self,
@@ -598,7 +570,7 @@ class RefundLedger:
         """Attempt ``n`` -> ``n + 1`` of an unsettled row (the payment sweep, once `find` found nothing and
         attempt ``n`` is older than PAYMENT_NEW_ATTEMPT_AFTER_SECONDS). Conditioned on the row still being
         unsettled at attempt ``n``: `LedgerRace` otherwise."""
-        nxt = LedgerRow(**{**_fields(row), "status": "REQUESTED", "attempt": row.attempt + 1, "refund_id": ""})
+        nxt = replace(row, status="REQUESTED", attempt=row.attempt + 1, refund_id="")
         audit, head_if, head_sets, head_values = self._chained(
             row, self._call_audit(nxt, Outcome("REQUESTED"), now, actor, "", "refund_new_attempt")
         )
@@ -673,8 +645,8 @@ class RefundLedger:
         if self._notes is None or status not in FINAL:
             return None
         if row.kind == "approved":
-            approval = {**self._money(row), "approval_id": row.approval_id, "conversation_id": row.conversation_id}
-            return decided_note(approval, "REFUNDED" if status == "SUCCEEDED" else "FAILED", now)
+            decided = "REFUNDED" if status == "SUCCEEDED" else "FAILED"
+            return decided_note(row.conversation_id, row.approval_id, row.order_id, row.amount_cents, decided, now)
         if not announce or not row.conversation_id:
             return None
         data = {"orderId": row.order_id, "amountCents": row.amount_cents, "status": customer_status(status)}
@@ -701,11 +673,9 @@ class RefundLedger:
 
         return cancelled
 
-    def _order_intent(self, customer_id: int, approval: dict[str, Any]) -> str:
+    def _order_intent(self, customer_id: int, order_id: int) -> str:
         """An approval made before orders carried their payment intent: the order's, read once."""
-        out = self._db.get_item(
-            TableName=self._customers, Key=order_key(customer_id, int(approval["order_id"])), ConsistentRead=True
-        )
+        out = self._db.get_item(TableName=self._customers, Key=order_key(customer_id, order_id), ConsistentRead=True)
         return str(from_item(out.get("Item") or {}).get("payment_intent") or "")
 
     def _approval_update(
@@ -728,10 +698,12 @@ class RefundLedger:
             condition = f"{condition} AND {head_if}"
             assignments.append(head_sets)
             values.update({**head_values, **head_new})
-        for i, (name, value) in enumerate(sets.items()):
-            names[f"#f{i}"] = name
-            values[f":v{i}"] = value
-            assignments.append(f"#f{i} = :v{i}")
+        set_assignments, set_names, set_values = Approval.assign(sets)
+        assignments.extend(set_assignments)
+        names.update(set_names)
+        values.update(set_values)
+        if remove:
+            Approval.check([remove])
         return {
             "Update": {
                 "TableName": self._approvals,
@@ -828,10 +800,6 @@ class RefundLedger:
             assert current is not None
             row = current
         raise LedgerRace(f"refund {row.sk}: its audit stream kept moving")
-
-
-def _fields(row: LedgerRow) -> dict[str, Any]:
-    return {f: getattr(row, f) for f in row.__dataclass_fields__}
 
 
 class _Superseded(Exception):

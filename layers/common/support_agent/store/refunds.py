@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_after
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
@@ -218,24 +219,26 @@ class RefundWriter:
         audit = self._audit_row(
             r, f"approval#{approval_id}", approval_id, "refund_requested", "PENDING_APPROVAL", result
         )
-        approval = {
-            "approval_id": approval_id,
-            "entity": "APPROVAL",
-            "status": "PENDING",
-            "customer_id": r.customer_id,
-            "order_id": r.order_id,
-            "amount_cents": r.amount_cents,
-            "currency": r.currency,
-            "reason": r.reason,
-            "conversation_id": r.conversation_id or None,  # none for an MCP call: nothing to announce to
-            "tool_use_id": r.tool_use_id,
-            "request_sk": r.request_sk,
-            "dedupe_sk": held_sk(r.order_id, r.amount_cents) if held else None,
-            "payment_intent": r.payment_intent or None,
-            "requested_by": r.actor,
-            "created_at": r.now,
-            **head_after(Head(), [audit]).attributes(),
-        }
+        head = head_after(Head(), [audit])
+        approval = Approval(
+            approval_id=approval_id,
+            status="PENDING",
+            customer_id=r.customer_id,
+            order_id=r.order_id,
+            amount_cents=r.amount_cents,
+            currency=r.currency,
+            reason=r.reason,
+            conversation_id=r.conversation_id or None,  # none for an MCP call: nothing to announce to
+            tool_use_id=r.tool_use_id,
+            request_sk=r.request_sk,
+            dedupe_sk=held_sk(r.order_id, r.amount_cents) if held else None,
+            payment_intent=r.payment_intent or None,
+            requested_by=r.actor,
+            created_at=r.now,
+            audit_n=head.n,
+            audit_hash=head.hash,
+            audit_event=head.event_id,
+        )
         items = [
             self._request_row(r, "approval", "PENDING_APPROVAL", result),
             self._order_update(
@@ -243,7 +246,7 @@ class RefundWriter:
                 "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
                 r.amount_cents,
             ),
-            put_new(self._approvals, approval, "approval_id"),
+            put_new(self._approvals, approval.item(), "approval_id"),
             audit.put(self._audit),
         ]
         if not held:

@@ -46,7 +46,7 @@ def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
             ctx.now,
             holder=f"mcp#{ctx.customer_id}" if ctx.origin == "mcp" else None,  # no conversation: the customer's
         )
-        return _view(ticket["approval_id"], created, ctx.origin)
+        return _view(ticket.handoff_id, created, ctx.origin)
 
     return [
         Tool(

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.store.customer_data import CustomerDataStore
+from support_agent.store.customer_data import CustomerDataStore, Order
 from support_agent.tools.registry import Tool, ToolContext, ToolError
 
 OrderId = Field(..., ge=1, le=2_147_483_647, strict=True, description="The numeric order id, e.g. 1042.")
@@ -24,25 +24,26 @@ class ListInvoicesInput(BaseModel):
     )
 
 
-def order_view(order: dict[str, Any]) -> dict[str, Any]:
+def order_view(order: Order) -> dict[str, Any]:
+    """What the model sees of an order: a whitelist (the payment intent stays ours)."""
     return {
-        "order_id": order["order_id"],
-        "status": order["status"],
+        "order_id": order.order_id,
+        "status": order.status,
         "items": [
             {
                 "name": i.get("name", ""),
                 "quantity": i.get("quantity", 1),
                 "price_cents": i.get("price_cents", 0),
             }
-            for i in order.get("items", [])
+            for i in order.items
         ],
-        "total_cents": order["total_cents"],
-        "currency": order["currency"],
-        "refunded_cents": order.get("refunded_cents", 0),
-        "pending_refund_cents": order.get("reserved_cents", 0),
-        "refundable_cents": order.get("available_cents", 0),
-        "placed_at": order.get("placed_at", ""),
-        "note": order.get("note", ""),
+        "total_cents": order.total_cents,
+        "currency": order.currency,
+        "refunded_cents": order.refunded_cents,
+        "pending_refund_cents": order.reserved_cents,
+        "refundable_cents": order.available_cents,
+        "placed_at": order.placed_at,
+        "note": order.note,
     }
 
 

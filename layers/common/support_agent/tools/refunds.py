@@ -99,16 +99,16 @@ def refund_tools(
         order = store.get_order(ctx.customer_id, args.order_id)
         if order is None:
             raise not_found(args.order_id)
-        if order["status"] not in REFUNDABLE_STATUSES:
+        if order.status not in REFUNDABLE_STATUSES:
             raise ToolError(
-                f"order {args.order_id} is {order['status']}; only delivered or shipped orders can be refunded"
+                f"order {args.order_id} is {order.status}; only delivered or shipped orders can be refunded"
             )
-        available = int(order.get("available_cents", 0))
+        available = order.available_cents
         if args.amount_cents > available:
             raise ToolError(
                 f"order {args.order_id} has {available} cents left to refund; {args.amount_cents} is too much"
             )
-        intent = str(order.get("payment_intent") or "")
+        intent = order.payment_intent
         if provider != "none" and not intent:
             raise ToolError(
                 f"order {args.order_id} has no card payment on file to refund; offer the customer a support lead"
@@ -116,9 +116,9 @@ def refund_tools(
         request = RefundRequest(
             customer_id=ctx.customer_id,
             order_id=args.order_id,
-            total_cents=int(order["total_cents"]),
+            total_cents=order.total_cents,
             amount_cents=args.amount_cents,
-            currency=order["currency"],
+            currency=order.currency,
             reason=args.reason,
             request_sk=refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id),
             conversation_id=ctx.owner_conversation_id,
@@ -128,8 +128,8 @@ def refund_tools(
             now=ctx.now,
             payment_intent=intent,
         )
-        committed = int(order.get("refunded_cents", 0)) + int(order.get("reserved_cents", 0))
-        money = {"order_id": args.order_id, "amount_cents": args.amount_cents, "currency": order["currency"]}
+        committed = order.refunded_cents + order.reserved_cents
+        money = {"order_id": args.order_id, "amount_cents": args.amount_cents, "currency": order.currency}
         if not ctx.held and committed + args.amount_cents <= threshold_cents:
             row = LedgerRow(
                 customer_id=ctx.customer_id,
@@ -138,7 +138,7 @@ def refund_tools(
                 refund_key=direct_refund_key(ctx.conversation_id, ctx.seq, ctx.tool_use_id),
                 order_id=args.order_id,
                 amount_cents=args.amount_cents,
-                currency=order["currency"],
+                currency=order.currency,
                 payment_intent=intent,
                 status="REQUESTED",
                 attempt=1,
