@@ -394,14 +394,15 @@ def child(out_path: str) -> None:
         local.stop()
 
 
-def measure(feed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The child's counts, with the feed section's minute of waiting (if measured) for the long turn's page."""
+def run_child(module: str) -> dict[str, Any]:
+    """``python -m <module> --child <file>`` in a fresh interpreter without this process's AWS/moto environment
+    (its own local stack); what it wrote to the file."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         out = Path(fh.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
     env["PYTHONPATH"] = f"{ROOT / 'layers' / 'common'}{os.pathsep}{ROOT}"
     proc = subprocess.run(
-        [str(PYTHON), "-m", "bench.cost", "--child", str(out)],
+        [str(PYTHON), "-m", module, "--child", str(out)],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -409,9 +410,15 @@ def measure(feed: dict[str, Any] | None = None) -> dict[str, Any]:
         timeout=900,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"bench.cost child failed:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"{module} child failed:\n{proc.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
+    return result
+
+
+def measure(feed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The child's counts, with the feed section's minute of waiting (if measured) for the long turn's page."""
+    result = run_child("bench.cost")
     if feed is not None:
         for s in result["scenarios"]:
             if s["model_function"] == "TurnWorkerFunction":

@@ -28,8 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from bench.cost import READ_ONLY, SEED, Client, Recorder, _tools, _transitions
-from bench.env import PYTHON, ROOT
+from bench.cost import READ_ONLY, SEED, Client, Recorder, _tools, _transitions, run_child
 
 HANDOVER_SAMPLES = 9
 
@@ -203,25 +202,7 @@ def child(out_path: str) -> None:
 
 
 def measure() -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
-        out = Path(fh.name)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
-    env["PYTHONPATH"] = f"{ROOT / 'layers' / 'common'}{os.pathsep}{ROOT}"
-    import subprocess
-
-    proc = subprocess.run(
-        [str(PYTHON), "-m", "bench.paths_stack", "--child", str(out)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench.paths_stack child failed:\n{proc.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-    out.unlink()
-    return result
+    return run_child("bench.paths_stack")
 
 
 if __name__ == "__main__":
