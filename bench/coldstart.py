@@ -220,6 +220,9 @@ def no_bytecode_tree() -> Path:
 def run_once(world: World, v: Variant) -> dict[str, Any]:
     event = v.event() if callable(v.event) else v.event
     env = world.env(v.function)
+    # Every chat variant's runs are one customer's turns within minutes: the limit's check still runs (one
+    # update, as always), its threshold is only out of the way.
+    env["TURNS_PER_MINUTE"] = "10000"
     flags: list[str] = []
     if v.group == "peer":
         env.pop("PYTHONPATH", None)
