@@ -269,7 +269,7 @@ def _child(cid: str, token: str) -> dict[str, Any]:
         def write(delay: float = delay, n: int = n, committed: list[float] = committed) -> None:
             time.sleep(delay)
             data = {"approvalId": f"apr_bench_{n}", "orderId": 1042, "amountCents": 100, "status": "REFUNDED"}
-            writer.transact([], Notification(cid, "approval.decided", utc_now(), data))
+            writer.transact([], Notification(conversation_id=cid, type="approval.decided", at=utc_now(), data=data))
             committed.append(time.perf_counter())
 
         thread = threading.Thread(target=write)

@@ -73,7 +73,9 @@ def test_every_cursor_resumes_right_after_its_event(api: Api) -> None:
     cid = turn["conversationId"]
     api.model.script = [answer("Anything else?")]
     assert api.call("POST", "/api/chat", {"conversationId": cid, "message": "Thanks"})[0] == 200
-    notes(api).transact([], Notification(cid, "refund.settled", "2999-01-01T00:00:00Z", {"orderId": 1042}))
+    notes(api).transact(
+        [], Notification(conversation_id=cid, type="refund.settled", at="2999-01-01T00:00:00Z", data={"orderId": 1042})
+    )
     everything = events(api, cid)
     assert [e["type"] for e in everything][-5:] == [
         "turn.started",
@@ -97,7 +99,12 @@ def test_the_long_poll_answers_when_an_event_is_written_and_empty_when_the_wait_
     assert (status, body["events"], body["nextCursor"]) == (200, [], end)
     assert time.monotonic() - started >= 1
 
-    note = Notification(cid, "approval.decided", "2999-01-01T00:00:00Z", {"approvalId": "apr_x", "status": "REFUNDED"})
+    note = Notification(
+        conversation_id=cid,
+        type="approval.decided",
+        at="2999-01-01T00:00:00Z",
+        data={"approvalId": "apr_x", "status": "REFUNDED"},
+    )
     writer = threading.Timer(0.5, lambda: notes(api).transact([], note))
     writer.start()
     started = time.monotonic()
@@ -161,7 +168,9 @@ def test_erasure_removes_what_the_notifications_say_and_the_feed_reads_tombstone
     assert status == 200, body
     cid = body["conversationId"]
     data = {"approvalId": "apr_x", "orderId": 2002, "amountCents": 12000, "status": "REFUNDED"}
-    notes(api).transact([], Notification(cid, "approval.decided", "2999-01-01T00:00:00Z", data))
+    notes(api).transact(
+        [], Notification(conversation_id=cid, type="approval.decided", at="2999-01-01T00:00:00Z", data=data)
+    )
     assert api.call("POST", "/api/customers/8/erase", {}, token=api.lead())[0] == 200
     (note,) = notes(api).of(cid)
     assert (note.type, note.data) == ("approval.decided", {})

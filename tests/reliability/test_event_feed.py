@@ -85,7 +85,9 @@ class Conversation:
         assert self.cid is not None
         self.noted += 1
         data = {"approvalId": f"apr_{self.noted}", "orderId": 1042, "amountCents": 100, "status": "REFUNDED"}
-        self.notes.transact([], Notification(self.cid, "approval.decided", utc_now(), data))
+        self.notes.transact(
+            [], Notification(conversation_id=self.cid, type="approval.decided", at=utc_now(), data=data)
+        )
 
     def turn(self, steps: list[str], crash: str | None, late: bool, notes_during: int) -> None:
         h, n = self.h, next(_ids)
@@ -268,7 +270,7 @@ def test_concurrent_announcements_and_a_turn_all_land_in_one_order(feed_harness:
 
     def announce(i: int) -> None:
         data = {"approvalId": f"apr_t{i}", "orderId": 1042, "amountCents": 100, "status": "REJECTED"}
-        c.notes.transact([], Notification(cid, "approval.decided", utc_now(), data))
+        c.notes.transact([], Notification(conversation_id=cid, type="approval.decided", at=utc_now(), data=data))
 
     out = run_all([lambda: c.turn(["two", "answer"], None, False, 0), *[lambda i=i: announce(i) for i in range(6)]])
     assert not [o for o in out if isinstance(o, BaseException)], out

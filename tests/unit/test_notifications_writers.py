@@ -154,7 +154,13 @@ class World:
 
     @staticmethod
     def other(conversation_id: str) -> Notification:
-        return Notification(conversation_id, "turn.failed", "2030-01-01T00:00:00Z", {"error": {"code": "x"}}, "turn_x")
+        return Notification(
+            conversation_id=conversation_id,
+            type="turn.failed",
+            at="2030-01-01T00:00:00Z",
+            data={"error": {"code": "x"}},
+            turn_id="turn_x",
+        )
 
     def set_status(self, approval_id: str, status: str) -> None:
         self.ddb.update_item(

@@ -12,7 +12,9 @@ from support_agent.store.audit import AuditRecord
 from support_agent.store.customer_data import Order
 from support_agent.store.handoffs import Handoff
 from support_agent.store.ledger import LedgerRow
+from support_agent.store.notifications import Notification
 from support_agent.store.records import BadItem
+from support_agent.store.turns import Turn
 
 PENDING: dict[str, Any] = {
     "approval_id": "apr_1",
@@ -115,3 +117,91 @@ def test_hand_offs_orders_and_audit_rows_read_their_items() -> None:
     assert stored["input"] == '{"a":1}' and "customer_id" not in stored
     read = AuditRecord.from_item({**stored, "n": 3, "v": 1})
     assert (read.input, read.customer_id, read.n, read.extra) == ({"a": 1}, None, 3, {"v": 1})
+
+
+def test_a_turn_is_stored_under_its_own_attribute_names_and_its_answer_compressed() -> None:
+    turn = Turn(
+        turn_id="turn_01J0000000000000000000000",
+        conversation_id="conv_1",
+        customer_id=7,
+        status="completed",
+        fingerprint="f",
+        created_at="t",
+        running_until=60,
+        response_status=200,
+        response={"reply": "hello", "iterations": 1},
+        message="where is my order?",
+        carried={"iterations": 2},
+    )
+    item = turn.item()
+    assert (item["conversation"], item["message_text"], item["reply_status"]) == ("conv_1", "where is my order?", 200)
+    assert isinstance(item["reply_body"], bytes) and isinstance(item["carried"], bytes)  # zlib-compressed JSON
+    assert not {"conversation_id", "message", "response", "restarts", "announced", "idempotency_key"} & set(item)
+    key = {"conversation_id": "turn#conv_1", "seq": 1}  # the key is no field: read, kept apart, not written back
+    read = Turn.from_item({**key, **item})
+    assert read == turn and read.extra == key
+    erased = Turn.from_item({k: v for k, v in item.items() if k not in ("message_text", "reply_body", "carried")})
+    assert (erased.message, erased.response, erased.carried) == (None, None, None)
+    with pytest.raises(BadItem, match="status"):
+        Turn.from_item({**item, "status": "paused"})
+
+
+def test_a_projection_names_stored_attributes_through_placeholders() -> None:
+    expression, names = Turn.projection("status", "message", "response")
+    assert expression == "#p0, #p1, #p2"
+    assert names == {"#p0": "status", "#p1": "message_text", "#p2": "reply_body"}
+    with pytest.raises(ValueError, match="reply"):
+        Turn.projection("reply")  # the stored name is no field's name
+    _, attributes, _ = Turn.assign({"message": "x"})
+    assert attributes == {"#f0": "message_text"}
+
+
+def test_a_notification_is_numbered_by_its_key_and_its_data_is_json() -> None:
+    note = Notification(
+        conversation_id="conv_1",
+        type="approval.decided",
+        at="t",
+        data={"approvalId": "apr_1", "status": "REFUNDED"},
+        turn_id=None,
+        n=3,
+    )
+    item = note.item()
+    assert (item["conversation"], item["seq"]) == ("conv_1", 3)
+    assert item["data"] == '{"approvalId":"apr_1","status":"REFUNDED"}'
+    assert Notification.from_item({**item, "conversation_id": "note#conv_1"}) == note
+    erased = Notification.from_item({k: v for k, v in item.items() if k != "data"})
+    assert erased.data == {} and erased.n == 3
+
+
+def test_every_lead_body_is_its_record_field_by_field() -> None:
+    """``of`` names each model field's record attribute; a field no record has fails here, not in a lead's hands."""
+    ticket = Handoff.from_item(
+        {
+            "approval_id": "hof_1",
+            "entity": "HANDOFF",
+            "status": "CLOSED",
+            "customer_id": 7,
+            "created_at": "t",
+            "closed_by": "lead-1",
+            "closed_at": "u",
+        }
+    )
+    assert responses.Handoff.of(ticket).model_dump() == {
+        "handoffId": "hof_1",
+        "status": "CLOSED",
+        "customerId": 7,
+        "conversationId": None,
+        "reason": "",  # the record's default
+        "createdAt": "t",
+        "closedBy": "lead-1",
+        "closedAt": "u",
+    }
+    row = AuditRecord("conv_1", "tool_call", "customer-7", "ok", 7, "t", tool="lookup_order", refund_key="apr_1")
+    body = responses.AuditRecord.of(row)
+    assert (body.eventId, body.refundKey, body.customerId, body.tool) == (row.event_id, "apr_1", 7, "lookup_order")
+
+    class Report:  # an erasure report's shape, one attribute short
+        customer_id, conversations, messages, skipped, complete = 7, 1, 2, [], True
+
+    with pytest.raises(AttributeError, match="audit_event_id"):
+        responses.ErasureResult.of(Report())

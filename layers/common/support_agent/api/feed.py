@@ -38,10 +38,22 @@ PAGE_EVENTS = 200  # events per answer; the client asks again at once for the re
 MAX_READS_PER_POLL = 14  # each read: the turn records, the messages and the notifications since the cursor
 BACKOFF = (0.25, 0.5, 1.0, 2.0)  # seconds between reads of one poll; the last repeats
 INTERRUPTED = {"code": "turn_interrupted", "message": "the turn did not finish; send it again"}
-# What the feed needs of a turn record (its stored answer only for the totals, the trace never).
+# What the feed needs of a turn record (its stored answer only for the totals; the message and what a hand-over
+# carried never): the fields a turn record must have, and those the feed's events are made of.
 _TURN_FIELDS = (
-    "turn_id, conversation, customer_id, #st, fingerprint, new_conversation, created_at, running_until, "
-    "reply_status, reply_body, finished_at, handover_token, announced"
+    "turn_id",
+    "conversation_id",
+    "customer_id",
+    "status",
+    "fingerprint",
+    "new_conversation",
+    "created_at",
+    "running_until",
+    "response_status",
+    "response",
+    "finished_at",
+    "handover_token",
+    "announced",
 )
 
 
@@ -150,12 +162,13 @@ class Feed:
     # -- the turns' events ----------------------------------------------------------------------------
 
     def _turns(self, conversation_id: str, after_ms: int) -> list[Turn]:
+        projection, names = Turn.projection(*_TURN_FIELDS)
         query: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "conversation_id = :c AND seq > :after",
             "ExpressionAttributeValues": to_values({":c": f"turn#{conversation_id}", ":after": after_ms}),
-            "ProjectionExpression": _TURN_FIELDS,
-            "ExpressionAttributeNames": {"#st": "status"},
+            "ProjectionExpression": projection,
+            "ExpressionAttributeNames": names,
             "ConsistentRead": True,
         }
         out: list[Turn] = []

@@ -233,11 +233,4 @@ def erase_customer(
     lead = _lead()
     request_id = router.current_event.request_context.request_id or "local"
     report = lead_services().eraser.erase_customer(customer_id, lead, request_id, body.reason if body else None)
-    return ErasureResult(
-        customerId=report.customer_id,
-        conversations=report.conversations,
-        messages=report.messages,
-        skipped=report.skipped,
-        complete=report.complete,
-        auditEventId=report.audit_event_id,
-    )
+    return ErasureResult.of(report)

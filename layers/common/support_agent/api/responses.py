@@ -9,19 +9,31 @@ integration tests validate their answers against the generated document. ``extra
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from support_agent.payments.vocabulary import CustomerRefundStatus, LedgerStatus
-from support_agent.store import approvals, audit, handoffs
+from support_agent.store import approvals
 from support_agent.store.approvals import ApprovalStatus
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
 
 
 class _Shape(BaseModel):
     # Built when the OpenAPI document is, not at import: no request ever validates against these,
     # and building ~20 schemas cost every cold start ~20 ms (docs/PERFORMANCE.md).
     model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    @classmethod
+    def of(cls, source: Any, **given: Any) -> Self:
+        """The body for a stored record (or a report): each field is the source's attribute of the same name in
+        snake_case (``approvalId`` ← ``approval_id``), or ``given``. A field the source lacks is an error here,
+        not a silently missing key."""
+        fields = {name: given[name] if name in given else getattr(source, _snake(name)) for name in cls.model_fields}
+        return cls(**fields)
 
 
 # ------------------------------------------------------------------ errors
@@ -198,7 +210,7 @@ class ApprovalRefund(_Shape):
     )
 
     @classmethod
-    def of(cls, a: approvals.Approval) -> ApprovalRefund | None:
+    def of_approval(cls, a: approvals.Approval) -> ApprovalRefund | None:
         """The refund as its ledger row last recorded it on the approval; None before RefundFlow began it."""
         if not a.refund_provider or a.refund_status is None:
             return None
@@ -226,21 +238,8 @@ class Approval(_Shape):
     refund: ApprovalRefund | None = Field(..., description="null until RefundFlow starts the refund")
 
     @classmethod
-    def of(cls, a: approvals.Approval) -> Approval:
-        return cls(
-            approvalId=a.approval_id,
-            orderId=a.order_id,
-            customerId=a.customer_id,
-            amountCents=a.amount_cents,
-            currency=a.currency,
-            reason=a.reason,
-            status=a.status,
-            conversationId=a.conversation_id,
-            createdAt=a.created_at,
-            decidedBy=a.decided_by,
-            decidedAt=a.decided_at,
-            refund=ApprovalRefund.of(a),
-        )
+    def of(cls, source: Any, **given: Any) -> Self:
+        return super().of(source, refund=ApprovalRefund.of_approval(source), **given)
 
 
 class ApprovalList(_Shape):
@@ -257,19 +256,6 @@ class Handoff(_Shape):
     createdAt: str | None
     closedBy: str | None
     closedAt: str | None
-
-    @classmethod
-    def of(cls, h: handoffs.Handoff) -> Handoff:
-        return cls(
-            handoffId=h.handoff_id,
-            status=h.status,
-            customerId=h.customer_id,
-            conversationId=h.conversation_id,
-            reason=h.reason,
-            createdAt=h.created_at,
-            closedBy=h.closed_by,
-            closedAt=h.closed_at,
-        )
 
 
 class HandoffList(_Shape):
@@ -294,27 +280,6 @@ class AuditRecord(_Shape):
     customerId: int | None
     requestId: str | None
     createdAt: str | None
-
-    @classmethod
-    def of(cls, r: audit.AuditRecord) -> AuditRecord:
-        return cls(
-            eventId=r.event_id,
-            stream=r.stream,
-            n=r.n,
-            action=r.action,
-            tool=r.tool,
-            input=r.input,
-            output=r.output,
-            outcome=r.outcome,
-            actor=r.actor,
-            conversationId=r.conversation_id,
-            approvalId=r.approval_id,
-            handoffId=r.handoff_id,
-            refundKey=r.refund_key,
-            customerId=r.customer_id,
-            requestId=r.request_id,
-            createdAt=r.created_at,
-        )
 
 
 class AuditPage(_Shape):

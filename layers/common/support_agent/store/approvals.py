@@ -156,7 +156,7 @@ def decided_note(
         "amountCents": amount_cents,
         "status": customer_status(status),
     }
-    return Notification(conversation_id, "approval.decided", now, data)
+    return Notification(conversation_id=conversation_id, type="approval.decided", at=now, data=data)
 
 
 def query_page(

@@ -650,7 +650,7 @@ class RefundLedger:
         if not announce or not row.conversation_id:
             return None
         data = {"orderId": row.order_id, "amountCents": row.amount_cents, "status": customer_status(status)}
-        return Notification(row.conversation_id, "refund.settled", now, data)
+        return Notification(conversation_id=row.conversation_id, type="refund.settled", at=now, data=data)
 
     @staticmethod
     def _outcome_cancelled(

@@ -16,8 +16,8 @@ conversation's. Erasure removes a notification's data with the conversation (``e
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
 
 from botocore.exceptions import ClientError
 
@@ -31,34 +31,33 @@ from support_agent.store.dynamo import (
     to_item,
     to_values,
 )
+from support_agent.store.records import Codec, Record, stored
 
 NoteType = Literal["approval.decided", "refund.settled", "turn.failed"]
 ATTEMPTS = 8  # numbers lost to concurrent notifications before the writer gives up (and its own retry applies)
 
 
-@dataclass(frozen=True)
-class Notification:
-    """One notification. ``data`` holds the event's own fields, camelCase as the feed shows them:
-    ``approval.decided`` {approvalId, orderId, amountCents, status}; ``refund.settled`` {orderId, amountCents,
-    status}; ``turn.failed`` {error: {code, message}} (statuses in the customers' vocabulary)."""
+JSON = Codec(json.loads, dumps)
 
-    conversation_id: str
+
+@dataclass(frozen=True, kw_only=True)
+class Notification(Record):
+    """One notification (the feed's stored event). ``data`` holds the event's own fields, camelCase as the feed
+    shows them: ``approval.decided`` {approvalId, orderId, amountCents, status}; ``refund.settled`` {orderId,
+    amountCents, status}; ``turn.failed`` {error: {code, message}} (statuses in the customers' vocabulary)."""
+
+    KIND: ClassVar[str] = "notification"
+
+    conversation_id: str = stored("conversation")  # the key's ``conversation_id`` is ``note#<id>``
     type: NoteType
     at: str
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = stored(codec=JSON, default_factory=dict)  # removed by erasure
     turn_id: str | None = None
-    n: int = 0  # its number, once stored
+    n: int = stored("seq", default=0)  # its number (the key's ``seq``), once stored
 
     @classmethod
     def of(cls, item: dict[str, Any]) -> Notification:
-        return cls(
-            conversation_id=str(item["conversation"]),
-            type=item["type"],
-            at=str(item["at"]),
-            data=json.loads(item["data"]) if item.get("data") else {},
-            turn_id=item.get("turn_id"),
-            n=int(item["seq"]),
-        )
+        return cls.from_item(item)
 
 
 def partition(conversation_id: str) -> str:
@@ -97,17 +96,7 @@ class NotificationStore:
             {
                 "Put": {
                     "TableName": self._table,
-                    "Item": to_item(
-                        {
-                            "conversation_id": key,
-                            "seq": number,
-                            "conversation": note.conversation_id,
-                            "type": note.type,
-                            "at": note.at,
-                            "data": dumps(note.data),
-                            "turn_id": note.turn_id,
-                        }
-                    ),
+                    "Item": to_item({"conversation_id": key, **replace(note, n=number).item()}),
                     "ConditionExpression": "attribute_not_exists(conversation_id)",
                 }
             },

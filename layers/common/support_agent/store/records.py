@@ -5,7 +5,9 @@ absent optional attribute its default, a missing required one or a value outside
 `BadItem`); `Record.item` is what a new record writes (None, and an `optional` field's default, left
 out); `Record.assign` builds an update's SET assignments from field names, refusing a name the record does
 not declare. So a new attribute is one new field, and a typo in an update is an error, not a new attribute.
-Attributes a record does not declare are kept in ``extra`` (read, never written back by `item`).
+Attributes a record does not declare are kept in ``extra`` (read, never written back by `item`). A field may be
+stored under another name or in another form (`stored`: a turn's ``message`` is ``message_text``, its answer
+compressed JSON), declared beside the field, so reading and writing cannot disagree.
 
 Plain dataclasses, not pydantic models: a turn or a ledger row is read on the chat's and the payments'
 paths, where building a model class costs every cold start (docs/PERFORMANCE.md).
@@ -20,15 +22,37 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
 UNSTORED = "unstored"  # field metadata: the field's default means absent (never written; absent reads as it)
+ATTRIBUTE = "attribute"  # field metadata: the stored attribute's name, when not the field's
+CODEC = "codec"  # field metadata: how the value is stored, when not as itself
 
 
 class BadItem(ValueError):
     """A stored item that is not a record of its kind (a required attribute missing, a value of the wrong type)."""
 
 
-def optional(default: Any = "") -> Any:
+@dataclasses.dataclass(frozen=True)
+class Codec:
+    """How a field's value is stored when not as itself: JSON in a string, compressed JSON in a binary."""
+
+    decode: Callable[[Any], Any]
+    encode: Callable[[Any], Any]
+
+
+def stored(
+    attribute: str | None = None,
+    *,
+    codec: Codec | None = None,
+    default: Any = dataclasses.MISSING,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A field stored under ``attribute`` (when not its own name) and/or through ``codec``."""
+    metadata = {ATTRIBUTE: attribute, CODEC: codec}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def optional(default: Any = "", *, attribute: str | None = None, codec: Codec | None = None) -> Any:
     """A field whose ``default`` is not stored: a direct refund's empty approval id, a count still 0."""
-    return dataclasses.field(default=default, metadata={UNSTORED: True})
+    return dataclasses.field(default=default, metadata={UNSTORED: True, ATTRIBUTE: attribute, CODEC: codec})
 
 
 def _coercer(kind: Any) -> Callable[[Any], Any]:
@@ -59,7 +83,9 @@ def _coercer(kind: Any) -> Callable[[Any], Any]:
 @dataclasses.dataclass(frozen=True)
 class _Field:
     name: str
-    coerce: Callable[[Any], Any]
+    attribute: str  # the stored attribute's name
+    decode: Callable[[Any], Any]  # the codec's (identity when none), then the type's coercion
+    encode: Callable[[Any], Any] | None
     default: Any  # dataclasses.MISSING: required (absent reads as None when the type allows None)
     nullable: bool
     unstored: bool
@@ -78,7 +104,7 @@ class Record:
         """The record a stored item (``dynamo.from_item``'s plain values) holds; `BadItem` when it holds none."""
         values: dict[str, Any] = {}
         for f in _fields(cls):
-            if item.get(f.name) is None:
+            if item.get(f.attribute) is None:
                 if f.default is not dataclasses.MISSING:
                     continue  # the field's default
                 if not f.nullable:
@@ -86,50 +112,67 @@ class Record:
                 values[f.name] = None
                 continue
             try:
-                values[f.name] = f.coerce(item[f.name])
+                values[f.name] = f.decode(item[f.attribute])
             except (TypeError, ValueError) as exc:
                 raise BadItem(f"{cls.KIND}: {f.name}: {exc}") from None
-        known = _names(cls)
+        known = _attributes(cls)
         return cls(**values, extra={k: v for k, v in item.items() if k not in known})
 
     def item(self) -> dict[str, Any]:
         """The declared attributes to write, absent ones left out (``extra`` is not written back)."""
-        unstored = _unstored(type(self))
-        return {
-            k: v
-            for k, v in self.__dict__.items()
-            if v is not None and k != "extra" and not (k in unstored and v == unstored[k])
-        }
+        out = {}
+        for f in _fields(type(self)):
+            value = getattr(self, f.name)
+            if value is None or (f.unstored and value == f.default):
+                continue
+            out[f.attribute] = f.encode(value) if f.encode else value
+        return out
 
     @classmethod
     def names(cls) -> frozenset[str]:
         return _names(cls)
 
     @classmethod
+    def projection(cls, *fields: str) -> tuple[str, dict[str, str]]:
+        """A ProjectionExpression of ``fields``' stored attributes and its names (``#p<i>``: reserved words
+        such as ``status`` need them); a name the record does not declare is a ValueError."""
+        cls.check_fields(fields)
+        by_name = {f.name: f.attribute for f in _fields(cls)}
+        names = {f"#p{i}": by_name[name] for i, name in enumerate(fields)}
+        return ", ".join(names), names
+
+    @classmethod
     def assign(cls, values: Mapping[str, Any], prefix: str = "f") -> tuple[list[str], dict[str, str], dict[str, Any]]:
-        """SET assignments of declared fields (``#<prefix>i = :<prefix>i``), their names and their values; a
-        name the record does not declare is a ValueError (a typo would otherwise add an attribute)."""
-        unknown = set(values) - _names(cls)
-        if unknown:
-            raise ValueError(f"{cls.KIND} has no field {sorted(unknown)}")
+        """SET assignments of declared fields (``#<prefix>i = :<prefix>i``, the field's stored name and value);
+        a name the record does not declare is a ValueError (a typo would otherwise add an attribute)."""
+        cls.check_fields(values)
+        by_name = {f.name: f for f in _fields(cls)}
         assignments, names, out = [], {}, {}
         for i, (name, value) in enumerate(values.items()):
-            names[f"#{prefix}{i}"] = name
-            out[f":{prefix}{i}"] = value
+            f = by_name[name]
+            names[f"#{prefix}{i}"] = f.attribute
+            out[f":{prefix}{i}"] = f.encode(value) if f.encode and value is not None else value
             assignments.append(f"#{prefix}{i} = :{prefix}{i}")
         return assignments, names, out
 
     @classmethod
-    def check(cls, names: Iterable[str]) -> None:
-        """ValueError unless every name is a declared field (attributes an expression names by hand)."""
+    def check_fields(cls, names: Iterable[str]) -> None:
+        """ValueError unless every name is a declared field."""
         unknown = set(names) - _names(cls)
         if unknown:
             raise ValueError(f"{cls.KIND} has no field {sorted(unknown)}")
 
+    @classmethod
+    def check(cls, attributes: Iterable[str]) -> None:
+        """ValueError unless every name is a declared field's stored attribute (what an expression names by hand)."""
+        unknown = set(attributes) - _attributes(cls)
+        if unknown:
+            raise ValueError(f"{cls.KIND} has no attribute {sorted(unknown)}")
+
 
 _FIELDS: dict[type, tuple[_Field, ...]] = {}
 _NAMES: dict[type, frozenset[str]] = {}
-_UNSTORED: dict[type, dict[str, Any]] = {}
+_ATTRIBUTES: dict[type, frozenset[str]] = {}
 
 
 def _fields(cls: type[Record]) -> tuple[_Field, ...]:
@@ -147,21 +190,29 @@ def _fields(cls: type[Record]) -> tuple[_Field, ...]:
             default = f.default_factory
         kind = hints[f.name]
         nullable = get_origin(kind) in (Union, types.UnionType) and type(None) in get_args(kind)
-        out.append(_Field(f.name, _coercer(kind), default, nullable, bool(f.metadata.get(UNSTORED))))
+        coerce = _coercer(kind)
+        codec: Codec | None = f.metadata.get(CODEC)
+        decode = coerce if codec is None else _then(codec.decode, coerce)
+        attribute = f.metadata.get(ATTRIBUTE) or f.name
+        encode = codec.encode if codec else None
+        out.append(_Field(f.name, attribute, decode, encode, default, nullable, bool(f.metadata.get(UNSTORED))))
     _FIELDS[cls] = tuple(out)
     return _FIELDS[cls]
 
 
-def _unstored(cls: type[Record]) -> dict[str, Any]:
-    """An `optional` field's name and the default it does not store."""
-    known = _UNSTORED.get(cls)
-    if known is None:
-        known = _UNSTORED[cls] = {f.name: f.default for f in _fields(cls) if f.unstored}
-    return known
+def _then(first: Callable[[Any], Any], second: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda v: second(first(v))
 
 
 def _names(cls: type[Record]) -> frozenset[str]:
     names = _NAMES.get(cls)
     if names is None:
         names = _NAMES[cls] = frozenset(f.name for f in _fields(cls))
+    return names
+
+
+def _attributes(cls: type[Record]) -> frozenset[str]:
+    names = _ATTRIBUTES.get(cls)
+    if names is None:
+        names = _ATTRIBUTES[cls] = frozenset(f.attribute for f in _fields(cls))
     return names

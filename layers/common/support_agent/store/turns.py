@@ -25,7 +25,7 @@ import json
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from botocore.exceptions import ClientError
 
@@ -40,6 +40,7 @@ from support_agent.store.dynamo import (
     to_values,
 )
 from support_agent.store.notifications import Notification, NotificationStore
+from support_agent.store.records import Codec, Record, optional, stored
 
 REPLY_MAX_BYTES = 256 * 1024  # a stored answer, compressed; DynamoDB's items end at 400 KB
 KEY_SECONDS = 25 * 3600  # kept at least 24 hours, as the draft asks of a server that names its window
@@ -75,49 +76,50 @@ def turn_ms(turn_id: str) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class Turn:
+def _pack(body: dict[str, Any]) -> bytes:
+    """An answer (or a hand-over's carried state) as stored: JSON, zlib-compressed. A verbose trace of many large
+    tool results that would not fit even so is left out of the stored copy (``traceOmitted``); the reply itself
+    always fits."""
+    packed = zlib.compress(json.dumps(body).encode(), 6)
+    if len(packed) > REPLY_MAX_BYTES and "trace" in body:
+        trimmed = {k: v for k, v in body.items() if k != "trace"} | {"traceOmitted": True}
+        packed = zlib.compress(json.dumps(trimmed).encode(), 6)
+    return packed
+
+
+PACKED = Codec(lambda raw: json.loads(zlib.decompress(bytes(raw))), _pack)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turn(Record):
+    """A turn record. Its key (``turn#<conversation id>`` / the id's millisecond) is not a field; the stored
+    names that differ from the fields' are declared beside them."""
+
+    KIND: ClassVar[str] = "turn"
+
     turn_id: str
-    conversation_id: str
+    conversation_id: str = stored("conversation")  # the key's ``conversation_id`` is ``turn#<id>``
     customer_id: int
     status: TurnStatus
     fingerprint: str
-    new_conversation: bool
+    new_conversation: bool = False
     created_at: str
-    running_until: int  # epoch seconds: a turn still `running` after this was interrupted (its function died)
-    response_status: int | None = None
-    response: dict[str, Any] | None = None
+    running_until: int = 0  # epoch seconds: a turn still `running` after this was interrupted (its function died)
+    response_status: int | None = stored("reply_status", default=None)
+    response: dict[str, Any] | None = stored("reply_body", codec=PACKED, default=None)
     actor: str = ""  # the JWT's sub: the worker acts (and audits) as the customer who asked
-    message: str | None = None  # the customer's message (None once erased)
+    message: str | None = stored("message_text", default=None)  # the customer's message (None once erased)
+    idempotency_key: bool = optional(False)  # it came with one (the key item names the turn)
     handover_token: str | None = None  # set when the turn was handed to the worker (the lease passed to it)
     message_seq: int | None = None  # where the message goes if it was not stored before the hand-over
-    carried: dict[str, Any] | None = None  # what the synchronous part did: iterations, usage, trace
-    restarts: int = 0  # times the turn sweep sent the turn to the queue again
-    finished_at: str = ""  # when it ended (completed, failed or refused)
-    announced: bool = False  # its failure was announced by a notification (the turn sweep's), not by the record
+    carried: dict[str, Any] | None = stored(codec=PACKED, default=None)  # the synchronous part: iterations, usage
+    restarts: int = optional(0)  # times the turn sweep sent the turn to the queue again
+    finished_at: str = optional("")  # when it ended (completed, failed or refused)
+    announced: bool = optional(False)  # its failure was announced by a notification (the sweep's), not the record
 
     @classmethod
     def of(cls, item: dict[str, Any]) -> Turn:
-        return cls(
-            actor=str(item.get("actor") or ""),
-            message=item.get("message_text"),
-            handover_token=item.get("handover_token"),
-            message_seq=int(item["message_seq"]) if item.get("message_seq") is not None else None,
-            carried=json.loads(zlib.decompress(bytes(item["carried"]))) if item.get("carried") else None,
-            restarts=int(item.get("restarts") or 0),
-            finished_at=str(item.get("finished_at") or ""),
-            announced=bool(item.get("announced")),
-            turn_id=str(item["turn_id"]),
-            conversation_id=str(item["conversation"]),
-            customer_id=int(item["customer_id"]),
-            status=item["status"],
-            fingerprint=str(item["fingerprint"]),
-            new_conversation=bool(item.get("new_conversation")),
-            created_at=str(item["created_at"]),
-            running_until=int(item.get("running_until") or 0),
-            response_status=int(item["reply_status"]) if item.get("reply_status") is not None else None,
-            response=json.loads(zlib.decompress(bytes(item["reply_body"]))) if item.get("reply_body") else None,
-        )
+        return cls.from_item(item)
 
     def interrupted(self, now_epoch: int) -> bool:
         return self.status == "running" and now_epoch > self.running_until
@@ -208,21 +210,9 @@ class TurnStore:
             running_until=now_epoch + running_seconds,
             actor=actor,
             message=message,
+            idempotency_key=key is not None,
         )
-        record = {
-            **self._turn_key(conversation_id, turn.turn_id),
-            "turn_id": turn.turn_id,
-            "conversation": conversation_id,
-            "customer_id": customer_id,
-            "status": "running",
-            "fingerprint": print_,
-            "new_conversation": new_conversation,
-            "message_text": message,
-            "created_at": now,
-            "running_until": turn.running_until,
-            "idempotency_key": key is not None,
-            "actor": actor,
-        }
+        record = {**self._turn_key(conversation_id, turn.turn_id), **turn.item()}
         items: list[dict[str, Any]] = [
             {
                 "Put": {
@@ -271,7 +261,7 @@ class TurnStore:
         self._set(
             turn,
             _ENDED,
-            {":st": state, ":code": status, ":body": self._packed(body), ":now": now},
+            {":st": state, ":code": status, ":body": _pack(body), ":now": now},
         )
 
     def release(self, turn: Turn, key: str | None, status: int, body: dict[str, Any], now: str) -> None:
@@ -281,7 +271,7 @@ class TurnStore:
         self._set(
             turn,
             _ENDED + ", message_text",
-            {":st": "refused", ":code": status, ":body": self._packed(body), ":now": now},
+            {":st": "refused", ":code": status, ":body": _pack(body), ":now": now},
         )
         if key is not None:
             try:
@@ -318,7 +308,7 @@ class TurnStore:
         )
         values: dict[str, Any] = {
             ":token": token,
-            ":carried": self._packed(carried),
+            ":carried": _pack(carried),
             ":one": "1",
             ":check": now_epoch + check_after,
             ":until": now_epoch + running_seconds,
@@ -403,9 +393,15 @@ class TurnStore:
         update = self._update(
             turn,
             _ENDED.replace("SET ", "SET announced = :yes, ", 1),
-            {":st": "failed", ":code": 500, ":body": self._packed({"error": error}), ":now": now, ":yes": True},
+            {":st": "failed", ":code": 500, ":body": _pack({"error": error}), ":now": now, ":yes": True},
         )
-        note = Notification(turn.conversation_id, "turn.failed", now, {"error": error}, turn.turn_id)
+        note = Notification(
+            conversation_id=turn.conversation_id,
+            type="turn.failed",
+            at=now,
+            data={"error": error},
+            turn_id=turn.turn_id,
+        )
         try:
             self._notes.transact([{"Update": update}], note)
         except ClientError as exc:
@@ -413,16 +409,6 @@ class TurnStore:
                 return False  # it ended meanwhile
             raise
         return True
-
-    @staticmethod
-    def _packed(body: dict[str, Any]) -> bytes:
-        """The answer as stored: JSON, zlib-compressed. A verbose trace of many large tool results that would
-        not fit even so is left out of the stored copy (``traceOmitted``); the reply itself always fits."""
-        packed = zlib.compress(json.dumps(body).encode(), 6)
-        if len(packed) > REPLY_MAX_BYTES and "trace" in body:
-            trimmed = {k: v for k, v in body.items() if k != "trace"} | {"traceOmitted": True}
-            packed = zlib.compress(json.dumps(trimmed).encode(), 6)
-        return packed
 
     def _set(self, turn: Turn, update: str, values: dict[str, Any], also: str = "") -> None:
         """An update of a running turn's record (and ``also``, a further condition)."""
