@@ -58,6 +58,12 @@ def run(local: LocalStack, out: Any = print) -> dict[str, Any]:
         if refund.get("refundId"):
             out(f"refund at {refund.get('provider')}: {refund['refundId']} ({refund.get('status')})")
         if local.stripe is not None:
+            # Its webhooks for the refund go out after the API answer (as Stripe's do): let them land before the
+            # stack stops, so the run ends with them delivered rather than refused by a closing gateway.
+            webhooks = local.stripe.stripe.webhooks
+            webhooks.wait(15)
+            delivered = [d for d in webhooks.deliveries if d.status is not None and 200 <= d.status < 300]
+            out(f"webhooks delivered: {', '.join(f'{d.event_type} ({d.refund_status})' for d in delivered) or 'none'}")
             for made in local.stripe.stripe.refunds():
                 amount = f"{made['amount']} {made['currency']}"
                 out(f"simulated Stripe holds {made['id']}: {amount} on {made['payment_intent']} ({made['status']})")
