@@ -55,6 +55,11 @@ class Delivery:
     status: int | None  # the endpoint's HTTP status; None when it could not be reached
     attempt: int
 
+    @property
+    def delivered(self) -> bool:
+        """The endpoint took it (2xx): Stripe stops retrying."""
+        return self.status is not None and 200 <= self.status < 300
+
 
 def sign(payload: bytes, secrets: str, timestamp: int) -> str:
     """A ``Stripe-Signature`` value: ``t`` and one ``v1`` per comma-separated secret."""
@@ -227,7 +232,7 @@ class WebhookSender:
             for attempt in range(1, self.max_attempts + 1):
                 delivery = self._deliver(event, attempt)
                 out.append(delivery)
-                if delivery.status is not None and 200 <= delivery.status < 300:
+                if delivery.delivered:
                     break
                 if delivery.status is not None and delivery.status == 400 and self.signing != "valid":
                     break  # a deliberately bad signature: refused, as meant

@@ -115,6 +115,7 @@ class Feed:
         self._table = table
         self._conversations = ConversationStore(client, table)
         self._notes = NotificationStore(client, table)
+        self._turn_projection = Turn.projection(*_TURN_FIELDS)  # the same for every read
         self._verbose = verbose
         self._clock = clock
         self._sleep = sleep
@@ -162,7 +163,7 @@ class Feed:
     # -- the turns' events ----------------------------------------------------------------------------
 
     def _turns(self, conversation_id: str, after_ms: int) -> list[Turn]:
-        projection, names = Turn.projection(*_TURN_FIELDS)
+        projection, names = self._turn_projection
         query: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "conversation_id = :c AND seq > :after",
@@ -174,7 +175,7 @@ class Feed:
         out: list[Turn] = []
         while True:
             page = self._db.query(**query)
-            out.extend(Turn.of(from_item(i)) for i in page.get("Items", []))
+            out.extend(Turn.from_item(from_item(i)) for i in page.get("Items", []))
             if "LastEvaluatedKey" not in page:
                 return out
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -55,10 +55,6 @@ class Notification(Record):
     turn_id: str | None = None
     n: int = stored("seq", default=0)  # its number (the key's ``seq``), once stored
 
-    @classmethod
-    def of(cls, item: dict[str, Any]) -> Notification:
-        return cls.from_item(item)
-
 
 def partition(conversation_id: str) -> str:
     return f"note#{conversation_id}"
@@ -124,7 +120,7 @@ class NotificationStore:
             ConsistentRead=True,
             Limit=limit,
         )
-        return [Notification.of(from_item(i)) for i in out.get("Items", [])]
+        return [Notification.from_item(from_item(i)) for i in out.get("Items", [])]
 
     def of(self, conversation_id: str) -> list[Notification]:
         """Every notification of the conversation (erasure), page after page."""

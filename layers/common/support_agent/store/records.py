@@ -50,9 +50,9 @@ def stored(
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
-def optional(default: Any = "", *, attribute: str | None = None, codec: Codec | None = None) -> Any:
+def optional(default: Any = "") -> Any:
     """A field whose ``default`` is not stored: a direct refund's empty approval id, a count still 0."""
-    return dataclasses.field(default=default, metadata={UNSTORED: True, ATTRIBUTE: attribute, CODEC: codec})
+    return dataclasses.field(default=default, metadata={UNSTORED: True})
 
 
 def _coercer(kind: Any) -> Callable[[Any], Any]:

@@ -117,10 +117,6 @@ class Turn(Record):
     finished_at: str = optional("")  # when it ended (completed, failed or refused)
     announced: bool = optional(False)  # its failure was announced by a notification (the sweep's), not the record
 
-    @classmethod
-    def of(cls, item: dict[str, Any]) -> Turn:
-        return cls.from_item(item)
-
     def interrupted(self, now_epoch: int) -> bool:
         return self.status == "running" and now_epoch > self.running_until
 
@@ -157,7 +153,7 @@ class TurnStore:
             TableName=self._table, Key=to_item(self._turn_key(conversation_id, turn_id)), ConsistentRead=True
         )
         item = from_item(out["Item"]) if "Item" in out else None
-        return Turn.of(item) if item and item.get("turn_id") == turn_id else None
+        return Turn.from_item(item) if item and item.get("turn_id") == turn_id else None
 
     def by_key(self, customer_id: int, key: str, print_: str, now_epoch: int) -> Turn | None:
         """The turn ``key`` names, if the key is in use; IdempotencyKeyReused when it came with another body."""
@@ -179,7 +175,7 @@ class TurnStore:
             ExpressionAttributeValues=to_values({":c": f"turn#{conversation_id}"}),
             ConsistentRead=True,
         )
-        return [Turn.of(from_item(i)) for i in out.get("Items", [])]
+        return [Turn.from_item(from_item(i)) for i in out.get("Items", [])]
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -366,7 +362,7 @@ class TurnStore:
             ExpressionAttributeValues=to_values({":one": "1", ":now": now_epoch}),
             Limit=limit,
         )
-        return [Turn.of(from_item(i)) for i in out.get("Items", [])]
+        return [Turn.from_item(from_item(i)) for i in out.get("Items", [])]
 
     def restarted(self, turn: Turn, check_after: int, now_epoch: int, *, count: bool = True) -> None:
         """The sweep sent the turn again (``count``) or found it moving: not checked again for ``check_after``
