@@ -17,8 +17,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -105,6 +107,7 @@ class World:
     # -- making each state ---------------------------------------------------------------------------------------
 
     def _order(self, amount: int) -> tuple[int, str]:
+        """An order of ``amount`` in total, all of it available."""
         order_id = next(_orders)
         intent = f"pi_sweep_{order_id}"
         self.ddb.put_item(
@@ -129,12 +132,14 @@ class World:
         self.order_ids.append(order_id)
         return order_id, intent
 
-    def _request(self, order_id: int, intent: str, amount: int, started: str) -> RefundRequest:
+    def _request(
+        self, order_id: int, intent: str, amount: int, started: str, total: int | None = None
+    ) -> RefundRequest:
         conversation_id = new_conversation_id()
         return RefundRequest(
             customer_id=CUSTOMER,
             order_id=order_id,
-            total_cents=amount,
+            total_cents=total or amount,
             amount_cents=amount,
             currency="USD",
             reason="arrived broken",
@@ -147,10 +152,11 @@ class World:
             payment_intent=intent,
         )
 
-    def direct_requested(self, age: float, amount: int = AMOUNT) -> LedgerRow:
-        """A direct refund's REQUESTED row and reservation; the process died before the provider call."""
-        order_id, intent = self._order(amount)
-        r = self._request(order_id, intent, amount, _ago(age))
+    def direct_requested(self, age: float, amount: int = AMOUNT, total: int | None = None) -> LedgerRow:
+        """A direct refund's REQUESTED row and reservation; the process died before the provider call.
+        ``total``: the order's (default ``amount``); a partial refund leaves room for a second one."""
+        order_id, intent = self._order(total or amount)
+        r = self._request(order_id, intent, amount, _ago(age), total)
         row = LedgerRow(
             customer_id=CUSTOMER,
             sk=r.request_sk,
@@ -185,13 +191,17 @@ class World:
     def requested(self, kind: str, age: float) -> LedgerRow:
         return self.direct_requested(age) if kind == "direct" else self.approved_requested(age)
 
-    def first_call_meets(self, row: LedgerRow, fault: Fault | None = None, status: str = "succeeded") -> LedgerRow:
-        """The refund's first provider call, meeting ``fault`` (or a refund ``status`` the provider gives it)."""
+    def first_call_meets(
+        self, row: LedgerRow, fault: Fault | None = None, status: str = "succeeded", ago: float = 0
+    ) -> LedgerRow:
+        """The refund's first provider call, meeting ``fault`` (or a refund ``status`` the provider gives it),
+        made ``ago`` seconds ago (its send stamped then)."""
         if fault is not None:
             self.stripe.inject(POST, fault, hold_seconds=0.01)
         self.stripe.new_refund_status = status
+        settler = replace(self.first_call, now=lambda: _ago(ago)) if ago else self.first_call
         try:
-            return self.first_call.settle(row, actor="refund-flow").row
+            return settler.settle(row, actor="refund-flow").row
         finally:
             self.stripe.new_refund_status = "succeeded"
 
@@ -380,7 +390,7 @@ def test_not_found_and_younger_than_the_threshold_resends_the_same_key(world: Wo
 
 
 def test_not_found_and_older_starts_attempt_2_and_makes_exactly_one_refund(world: World) -> None:
-    row = world.first_call_meets(world.direct_requested(OLD), Fault.ERROR_BEFORE)
+    row = world.first_call_meets(world.direct_requested(OLD), Fault.ERROR_BEFORE, ago=OLD - 10)
     assert (row.status, row.attempt) == ("SETTLING", 1)
 
     result = world.sweeper().run()
@@ -399,6 +409,54 @@ def test_not_found_and_older_starts_attempt_2_and_makes_exactly_one_refund(world
     again = world.sweeper().run()  # settled: out of the index, nothing more is asked
     assert again.scanned == 0 and len(world.provider_refunds(row)) == 1
     assert len(world.posts_for(row)) == 2
+
+
+def test_a_repair_resending_an_old_attempt_while_the_sweep_runs_makes_one_refund(world: World) -> None:
+    """Second review, finding 1: attempt 1 began long ago and never reached Stripe; a chat repair sends its key
+    again just as the sweep runs, and Stripe takes 2 s. The sweep judged "old" by when the attempt began, found
+    nothing (Stripe was still executing the repair's request) and sent attempt 2: two refunds of 2500 for one
+    request. Every send now stamps ``attempt_sent_at`` first, and a new attempt waits for that stamp to age."""
+    row = world.direct_requested(OLD, amount=AMOUNT, total=4 * AMOUNT)  # partial: Stripe would take a second one
+    world.stripe.inject(POST, Fault.SLOW, hold_seconds=2.0)
+    repair = threading.Thread(target=lambda: world.first_call.settle(row, actor=f"customer-{CUSTOMER}"))
+    repair.start()
+    until = time.monotonic() + 5
+    while world.stripe.faults.pending(POST) and time.monotonic() < until:  # the repair's request is at Stripe
+        time.sleep(0.01)
+    try:
+        result = world.sweeper().run()
+    finally:
+        repair.join(10)
+
+    after = world.row(row)
+    assert result.new_attempts == 0, result
+    assert {k.rsplit("#", 1)[1] for k in world.posts_for(row)} == {"1"}, world.posts_for(row)
+    assert len(world.provider_refunds(row)) == 1, world.provider_refunds(row)
+    assert (after.status, after.attempt) == ("SUCCEEDED", 1)
+    assert world.order(row) == (3 * AMOUNT, 0, AMOUNT)
+    world.check(unknown_ok=False)
+
+
+def test_a_new_attempt_loses_to_a_send_stamped_after_the_sweep_read_the_row(world: World) -> None:
+    """The other order of the same race: the sweep read the row (its last send long ago) and found nothing; a
+    send of attempt 1 is stamped before the sweep writes attempt 2. The new attempt is conditioned on the stamp
+    it read: it loses, and attempt 1 goes on alone."""
+    row = world.direct_requested(OLD, amount=AMOUNT, total=4 * AMOUNT)
+    sweeper = world.sweeper()
+    real_find = sweeper.provider.find
+
+    def find_then_a_send_is_stamped(*args: Any, **kwargs: Any) -> Any:
+        found = real_find(*args, **kwargs)
+        world.ledger.mark_sent(world.row(row), iso(datetime.now(UTC)))  # a repair about to send attempt 1
+        return found
+
+    sweeper.provider.find = find_then_a_send_is_stamped  # type: ignore[method-assign]
+    result = sweeper.run()
+
+    after = world.row(row)
+    assert (result.new_attempts, result.conflicts) == (0, 1), result
+    assert after.attempt == 1 and world.posts_for(row) == []
+    world.check()
 
 
 # ------------------------------------------------------------------ bounds

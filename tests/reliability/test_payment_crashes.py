@@ -37,6 +37,7 @@ from support_agent.llm.base import LlmResponse
 from support_agent.messages import Deadline, Usage
 from support_agent.payments.flow import ApprovalNotApproved, PaymentOutcomeUnknown, RefundStep
 from support_agent.payments.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
+from support_agent.payments.sweep import PaymentSweeper
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.dynamo import to_item, to_values
 from support_agent.store.ledger import LedgerRow, RefundLedger
@@ -193,6 +194,7 @@ class Scenario:
     payments: Payments
     world: World
     steps: list[str] = field(default_factory=list)
+    others: list[Payments] = field(default_factory=list)  # other processes' providers (the payment sweep's)
 
     @property
     def stripe(self) -> Any:
@@ -217,9 +219,8 @@ class Scenario:
         # Provider calls are audited on their refund key's own stream (the ledger row owns it).
         streams = {audit_stream} | {f"refund#{r['refund_key']}" for r in self.rows()}
         audited = [r for s in sorted(streams) for r in self.world.audit_rows(s) if r["action"] == "payment_refund"]
-        assert len(audited) == self.payments.answered, (
-            f"after {step}: {len(audited)} payment_refund audit rows for {self.payments.answered} answered calls"
-        )
+        answered = self.payments.answered + sum(p.answered for p in self.others)
+        assert len(audited) == answered, f"after {step}: {len(audited)} payment_refund rows, {answered} answered calls"
 
     def settler_row(self, order_id: int) -> LedgerRow:
         return LedgerRow.from_item(self.row(order_id))
@@ -526,3 +527,110 @@ def test_failed_only_after_a_definitive_refusal_then_a_lead_retry_uses_attempt_t
     posts = [r for r in w.stripe.requests if r.method == "POST"]
     assert {r.headers["idempotency-key"] for r in posts} == {f"{approval_id}#1", f"{approval_id}#2"}
     tally(w, approved_scenarios=1, lead_retries=1)
+
+
+# -- 3. a resend of attempt n racing the payment sweep (second review, finding 1) ------------------------------
+
+
+OLD_ATTEMPT = 1_000  # seconds: past the sweep's grace and PAYMENT_NEW_ATTEMPT_AFTER_SECONDS (900)
+
+
+class SweepPayments(Payments):
+    """The payment sweep's provider, counted apart: its look-ups (`find`, `retrieve`) are reads it audits only
+    through what it records, so only its refund calls must each leave a ``payment_refund`` row."""
+
+    def find(self, refund_key: str, payment_intent: str, *, deadline: Deadline | None = None) -> ProviderRefund | None:
+        self._lookup_follows = False
+        return self.provider.find(refund_key, payment_intent, deadline=deadline)
+
+
+def sweeper_for(w: Scenario) -> PaymentSweeper:
+    """The payment sweep as PaymentSweepFunction builds it, on the real clock, with a provider of its own."""
+    s = w.h.settings
+    payments = SweepPayments(provider_for(w.transport))
+    w.others.append(payments)
+    settler = build_settler(s, w.h.ddb, payments)
+    return PaymentSweeper(
+        settler.ledger,
+        settler,
+        payments,
+        grace_seconds=s.payment_sweep_grace_seconds,
+        new_attempt_after_seconds=max(600, s.payment_new_attempt_after_seconds),
+        limit=10,
+    )
+
+
+@pytest.mark.parametrize("first", ["racer", "sweep"])
+@pytest.mark.parametrize("slow", [0.0, 1.0], ids=["provider_fast", "provider_slow"])
+@pytest.mark.parametrize("racer", ["repair", "resend"])
+def test_a_resend_of_an_old_attempt_racing_the_payment_sweep_refunds_once(
+    fresh: Harness, monkeypatch: pytest.MonkeyPatch, atomic_moto: None, racer: str, slow: float, first: str
+) -> None:
+    """A partial direct refund (1000 of 2500) whose turn died before the provider call, 1000 s ago. Then the
+    customer's next turn repairs it (``repair``), or RefundFlow/an MCP client sends its key again (``resend``,
+    the settler on the row), while the payment sweep runs; the provider answers at once or after ``slow`` s.
+    Whoever starts first, the second starts once the first's request reached the provider. One refund, and
+    the ledger equals the provider after every step."""
+    w = make_world(fresh, INJECTIONS[0])
+    h = w.h
+    h.agent.llm = RefundOnce(amount=1000)
+    cid = h.turn("hello").conversation_id
+    w.payments.crash = "before_call"
+    with monkeypatch.context() as m:
+        m.setattr(h.conversations, "release_lease", lambda *_a, **_k: None)
+        with pytest.raises(Died):
+            h.turn("please refund order 1043", cid)
+    row = w.settler_row(DIRECT_ORDER)
+    long_ago = (datetime.now(UTC) - timedelta(seconds=OLD_ATTEMPT)).isoformat(timespec="milliseconds")
+    h.ddb.update_item(  # the crash happened long ago: attempt 1 began then, and nothing was sent since
+        TableName=h.settings.customer_data_table,
+        Key=to_item({"customer_id": CUSTOMER, "sk": row.sk}),
+        UpdateExpression="SET attempt_started_at = :t, created_at = :t",
+        ExpressionAttributeValues=to_values({":t": long_ago.replace("+00:00", "Z")}),
+    )
+    w.check("the turn died before the call", cid)
+    h.clock.advance(h.settings.lease_seconds + 1)
+    if slow:
+        w.stripe.inject(POST, Fault.SLOW, 1, hold_seconds=slow)
+
+    def run_racer() -> None:
+        if racer == "repair":
+            h.turn("did it work?", cid)
+        else:
+            build_settler(h.settings, h.ddb, w.payments).settle(w.settler_row(DIRECT_ORDER), actor="refund-flow")
+
+    errors: list[BaseException] = []
+
+    def guarded(target: Any) -> Any:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:  # reported by the test, not lost in the thread
+                errors.append(exc)
+
+        return run
+
+    sweep_result: list[Any] = []
+    actors = {"racer": run_racer, "sweep": lambda: sweep_result.append(sweeper_for(w).run())}
+    second = "sweep" if first == "racer" else "racer"
+    requests_before = len(w.stripe.requests)
+    t1 = threading.Thread(target=guarded(actors[first]))
+    t1.start()
+    until = datetime.now(UTC) + timedelta(seconds=10)
+    while (w.stripe.faults.pending(POST) if slow else t1.is_alive()) and datetime.now(UTC) < until:
+        threading.Event().wait(0.01)  # the first one's request is at the provider (or it is done)
+    t2 = threading.Thread(target=guarded(actors[second]))
+    t2.start()
+    t1.join(30)
+    t2.join(30)
+    assert not errors, errors
+    w.check(f"{first} first, then the {second}", cid)
+    for i in range(3):  # whatever is left unknown settles by asking again: still one refund
+        settled = retry_later(w, DIRECT_ORDER, cid, times=1)
+        w.check(f"asked again {i + 1}", cid)
+    assert settled.status == "SUCCEEDED", settled
+    refunds = w.stripe.refunds("pi_demo_1043")
+    assert [(r["amount"], r["status"]) for r in refunds] == [(1000, "succeeded")], refunds
+    assert h.order(DIRECT_ORDER).refunded_cents == 1000
+    assert len(w.stripe.requests) > requests_before
+    tally(w, sweep_races=1, sweep_new_attempts=sum(r.new_attempts for r in sweep_result))

@@ -9,6 +9,9 @@ by the same rule (docs/PAYMENTS.md):
   → FAILED; not found after a replayed failure → SETTLING (proves nothing);
 * no answer (timeout, 5xx, 409 key in use, 429 after retries, unreachable) → SETTLING, ``unknown``:
   the same attempt key is repeated later, never a new one;
+* every send is stamped on the row first (``attempt_sent_at``, `RefundLedger.mark_sent`), conditioned on the
+  attempt still being current: the payment sweep begins attempt ``n + 1`` only once that stamp is old, so no
+  request of attempt ``n`` can still be in flight when ``n + 1``'s is sent;
 * an attempt begun more than 12 hours ago (a repair days later) is looked up before it is sent again:
   Stripe forgets a key after 24 hours, and the same key would then make a second refund.
 """
@@ -30,12 +33,15 @@ from support_agent.payments.port import (
     ProviderRefused,
     ProviderUnavailable,
 )
-from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger
+from support_agent.store.ledger import LedgerRace, LedgerRow, Outcome, RefundLedger
 
 logger = logging.getLogger(__name__)
 # Stripe keeps an idempotency key's first answer for 24 hours; an attempt older than half that is looked
 # up by its refund key before it is sent again.
 KEY_MEMORY = timedelta(hours=12)
+# Another writer settled the row, or began a new attempt, between our read and our send's stamp: re-read and
+# decide again, a bounded number of times (each lost race means the row moved on).
+SEND_RACES = 3
 
 
 @dataclass(frozen=True)
@@ -69,11 +75,20 @@ class RefundSettler:
 
         ``announce``: a direct refund settled here is announced in its conversation's feed (the payment sweep's;
         never the chat's own call, whose tool result says it). An approval's outcome always is (the ledger's)."""
-        if row.settled:
-            return Settled(row, Outcome(row.status, row.refund_id, failure_code=row.failure_code))
-        outcome = self._ask(row, deadline)
-        recorded = self.ledger.record(row, outcome, self.now(), actor, request_id, announce=announce)
-        return Settled(recorded, outcome)
+        for _ in range(SEND_RACES):
+            if row.settled:
+                break
+            try:
+                outcome = self._ask(row, deadline)
+            except LedgerRace:
+                # Settled, or a new attempt begun, since ``row`` was read: never send a superseded attempt's key.
+                current = self.ledger.get(row.customer_id, row.sk)
+                assert current is not None
+                row = current
+                continue
+            recorded = self.ledger.record(row, outcome, self.now(), actor, request_id, announce=announce)
+            return Settled(recorded, outcome)
+        return Settled(row, Outcome(row.status, row.refund_id, failure_code=row.failure_code, unknown=not row.settled))
 
     def apply(
         self,
@@ -127,6 +142,7 @@ class RefundSettler:
                 return Outcome("SETTLING", provider_status=exc.kind, unknown=True)
             if found is not None:
                 return outcome_of(found)
+        row = self.ledger.mark_sent(row, self.now())  # before every send: `RefundLedger.new_attempt` waits on it
         try:
             refund = self.provider.refund(
                 row.attempt_key, row.payment_intent, row.amount_cents, row.currency, row.metadata, deadline=deadline

@@ -12,8 +12,11 @@ whose attempt began more than ``grace`` ago and asks the provider about each:
   - attempt ``n`` younger than ``new_attempt_after`` (≥ 600 s): `RefundSettler.settle` with the SAME
     attempt key. Safe: the provider answers the first request's saved outcome, or makes the refund a
     crashed call never sent;
-  - older: attempt ``n + 1`` (`RefundLedger.new_attempt`, conditional on the row still at ``n``), then
-    settled. By then a request of attempt ``n`` cannot still be executing, and ``find`` saw no refund.
+  - older: attempt ``n + 1`` (`RefundLedger.new_attempt`, conditional on the row still at ``n`` with the send
+    stamp it was read with), then settled. "Older" is measured from attempt ``n``'s LAST send
+    (``attempt_sent_at``, stamped before every send: the chat's repair, an MCP resend, a RefundFlow retry, this
+    sweep's resend), not from its start: by then no request of attempt ``n`` can still be executing, ``find``
+    saw no refund, and a send stamped after our read makes the new attempt lose (a conflict) rather than race it.
 
 Every write is the ledger's own conditional transaction with its audit rows, so a webhook, a chat repair or
 RefundFlow settling the same row at the same moment cannot move the money twice; the loser is counted as a
@@ -209,7 +212,9 @@ class PaymentSweeper:
         return "pending"
 
     def _attempt_age(self, row: LedgerRow) -> timedelta:
-        started = row.extra.get("attempt_started_at")
+        """Since the attempt's last send (`RefundLedger.mark_sent`: a repair, a resend, a replayed execution), or
+        since it began when it was never sent. Not since it began: a send an hour later may still be in flight."""
+        started = row.extra.get("attempt_sent_at") or row.extra.get("attempt_started_at")
         if not started:
             return timedelta(0)
         try:

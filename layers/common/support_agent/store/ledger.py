@@ -378,6 +378,10 @@ class RefundLedger:
             assert current is not None
             if current.status == row.status and current.attempt == row.attempt and current.refund_id == row.refund_id:
                 raise _HeadMoved(current) from None
+            if _tells_more(current, row.attempt, outcome):
+                # Another writer recorded less than this call learned (SETTLING, outcome unknown, while this call
+                # has the provider's answer for the same attempt): record ours on the row as it now is.
+                raise _HeadMoved(current) from None
             self._audit_only(current, record)  # another writer recorded first: this call is still audited
             return current
         if nothing_new:
@@ -566,22 +570,50 @@ class RefundLedger:
         assert current is not None
         return current
 
+    def mark_sent(self, row: LedgerRow, now: str) -> LedgerRow:
+        """Stamp ``attempt_sent_at`` before a request of the row's current attempt goes to the provider; the row
+        as stamped. Every send is stamped (the first, a repair's, a sweep's resend, a replayed execution's), so
+        `new_attempt` can tell "no request of attempt ``n`` may still be in flight" from the stamp alone.
+        Conditioned on the row still being unsettled at this attempt: `LedgerRace` otherwise (settled, or a
+        new attempt began: the caller re-reads and sends that one's key, never an older one)."""
+        try:
+            self._db.update_item(
+                TableName=self._customers,
+                Key=to_item({"customer_id": row.customer_id, "sk": row.sk}),
+                UpdateExpression="SET attempt_sent_at = :now",
+                ConditionExpression="#st IN (:requested, :settling) AND attempt = :n",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=to_values(
+                    {":now": now, ":requested": "REQUESTED", ":settling": "SETTLING", ":n": row.attempt}
+                ),
+            )
+        except ClientError as exc:
+            if error_code(exc) == CONDITION_FAILED:
+                raise LedgerRace(f"refund {row.sk} changed before its attempt {row.attempt} was sent") from None
+            raise
+        return replace(row, extra={**row.extra, "attempt_sent_at": now})
+
     def new_attempt(self, row: LedgerRow, now: str, actor: str) -> LedgerRow:
         """Attempt ``n`` -> ``n + 1`` of an unsettled row (the payment sweep, once `find` found nothing and
-        attempt ``n`` is older than PAYMENT_NEW_ATTEMPT_AFTER_SECONDS). Conditioned on the row still being
-        unsettled at attempt ``n``: `LedgerRace` otherwise."""
+        attempt ``n``'s last send is older than PAYMENT_NEW_ATTEMPT_AFTER_SECONDS). Conditioned on the row still
+        being unsettled at attempt ``n`` with the send stamp ``row`` was read with (`mark_sent`): a send stamped
+        since — a request of attempt ``n`` that may still be in flight — wins, and this is `LedgerRace`."""
         nxt = replace(row, status="REQUESTED", attempt=row.attempt + 1, refund_id="")
         audit, head_if, head_sets, head_values = self._chained(
             row, self._call_audit(nxt, Outcome("REQUESTED"), now, actor, "", "refund_new_attempt")
         )
+        sent = row.extra.get("attempt_sent_at")
+        sent_if = "attribute_not_exists(attempt_sent_at)" if not sent else "attempt_sent_at = :sent"
         items = [
             {
                 "Update": {
                     "TableName": self._customers,
                     "Key": to_item({"customer_id": row.customer_id, "sk": row.sk}),
                     "UpdateExpression": "SET #st = :requested, attempt = :next, attempt_started_at = :now, "
-                    f"updated_at = :now, {head_sets} REMOVE refund_id, provider_status, failure_code",
-                    "ConditionExpression": f"#st IN (:requested, :settling) AND attempt = :n AND {head_if}",
+                    f"updated_at = :now, {head_sets} REMOVE refund_id, provider_status, failure_code, attempt_sent_at",
+                    "ConditionExpression": (
+                        f"#st IN (:requested, :settling) AND attempt = :n AND {sent_if} AND {head_if}"
+                    ),
                     "ExpressionAttributeNames": {"#st": "status"},
                     "ExpressionAttributeValues": to_values(
                         {
@@ -591,6 +623,7 @@ class RefundLedger:
                             ":n": row.attempt,
                             ":next": nxt.attempt,
                             ":now": now,
+                            **({":sent": sent} if sent else {}),
                         }
                     ),
                 }
@@ -804,6 +837,14 @@ class RefundLedger:
 
 class _Superseded(Exception):
     """The row was no longer unsettled at this attempt: another writer recorded first."""
+
+
+def _tells_more(current: LedgerRow, attempt: int, outcome: Outcome) -> bool:
+    """Whether ``outcome`` (of ``attempt``) says more than ``current`` records: the row is still unsettled at that
+    attempt and the outcome is final, or names a refund the row does not."""
+    if current.settled or current.attempt != attempt:
+        return False
+    return outcome.status in FINAL or bool(outcome.refund_id and not current.refund_id)
 
 
 class _HeadMoved(Exception):
