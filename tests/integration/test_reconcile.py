@@ -29,8 +29,9 @@ from support_agent import wiring
 from support_agent.auth import Principal
 from support_agent.clock import iso
 from support_agent.config import load_settings
-from support_agent.payments.port import attempt_key
+from support_agent.ids import new_conversation_id
 from support_agent.payments.reconcile import Difference, Reconciler, ReconcileReport
+from support_agent.refunds.keys import attempt_key
 from support_agent.store.dynamo import from_item, to_item
 from support_agent.store.ledger import LEDGER_INDEX, LEDGER_INDEX_KEY, LedgerRow, RefundLedger
 from support_agent.tools.registry import ToolContext
@@ -103,7 +104,7 @@ class World:
         ctx = ToolContext(
             Principal(f"customer-{CUSTOMER}", "customer", CUSTOMER),
             CUSTOMER,
-            f"conv_rec{order_id}",
+            new_conversation_id(),  # a real id: a key of any other form is none of ours (refunds/keys.py)
             n,
             f"toolu_rec{n}",
             "req",

@@ -29,9 +29,12 @@ from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.config import load_settings
 from support_agent.ids import new_approval_id, new_conversation_id
+from support_agent.mcp.tools import McpServices, call_tool
+from support_agent.payments.reconcile import Reconciler
+from support_agent.payments.sweep import PaymentSweeper
+from support_agent.refunds import keys as refund_keys
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
-from support_agent.store.customer_data import refund_request_sk
 from support_agent.store.dynamo import from_item, to_item, to_values
 from support_agent.store.ledger import LedgerRow
 from support_agent.tools.registry import ToolContext
@@ -139,7 +142,7 @@ class World:
         args = {"order_id": order_id, "amount_cents": amount, "reason": "arrived broken"}
         out = self.registry.execute("request_refund", args, ctx)
         assert out.result["status"] == ("REFUND_IN_PROGRESS" if pending else "REFUNDED"), out.result
-        return self.row(refund_request_sk(conversation, 1, tool_use))
+        return self.row(refund_keys.request_sk(conversation, 1, tool_use))
 
     def approved(self, amount: int = 18_900, *, pending: bool = False) -> LedgerRow:
         """An approved refund as RefundFlow makes it: approved by a lead, APPROVED -> SETTLING, one provider call."""
@@ -262,7 +265,7 @@ def test_an_unknown_outcome_is_settled_by_the_webhook(world: World) -> None:
     )
     out = world.registry.execute("request_refund", {"order_id": order_id, "amount_cents": 1500, "reason": "x"}, ctx)
     assert out.result["status"] == "REFUND_IN_PROGRESS", out.result
-    row = world.row(refund_request_sk(conversation, 1, tool_use))
+    row = world.row(refund_keys.request_sk(conversation, 1, tool_use))
     assert (row.status, row.refund_id) == ("SETTLING", "")
     assert world.deliver() == ["applied", "unchanged"]
     after = world.row(row.sk)
@@ -522,3 +525,86 @@ def test_the_webhook_function_under_its_own_role(world: World, monkeypatch: pyte
     assert used <= granted, sorted(used - granted)
     # Only with StripeWebhookSecretArn set (this stack gives the secret in STRIPE_WEBHOOK_SECRET).
     assert granted - used == {("secretsmanager:GetSecretValue", "param:StripeWebhookSecretArn")}
+
+
+# ------------------------------------------------------------------ every origin of a refund (second review, 3)
+
+
+def _mcp_refund(world: World, amount: int, *, keyed: bool) -> LedgerRow:
+    """A refund through the MCP server's tool call (mcp/tools.py `call_tool`): with the client's idempotency key
+    it is direct (refund key ``mcp:<customer>:<sha256>``); without one it is held for a lead, who approves it,
+    and RefundFlow's writes make it (refund key: the approval id)."""
+    order_id = world.order(4000)
+    services = McpServices(world.registry, world.ddb, world.env["CONVERSATIONS_TABLE"], world.env["AUDIT_TABLE"])
+    principal = Principal(f"customer-{world.customer}", "customer", world.customer)
+    args = {"order_id": order_id, "amount_cents": amount, "reason": "arrived broken"}
+    outcome = call_tool(services, principal, "request_refund", args, f"key-{order_id}" if keyed else None, "test")
+    assert not outcome.is_error, outcome.result
+    if keyed:
+        (row,) = [LedgerRow.from_item(i) for i in world.items("REFUND#mcp#") if i["order_id"] == order_id]
+        return row
+    approval_id = str(outcome.result["approval_id"])
+    world.approvals.approve(approval_id, "lead-1", utc_now())
+    approval = world.approvals.get(approval_id)
+    assert approval is not None
+    row = world.ledger.begin_approved(approval, "stripe", utc_now(), "refund-flow")
+    return world.settler.settle(row, actor="refund-flow").row
+
+
+def _refund_from(world: World, origin: str, *, pending: bool) -> LedgerRow:
+    world.stripe.new_refund_status = "pending" if pending else "succeeded"
+    if origin == "chat_direct":
+        return world.direct(pending=pending)
+    if origin == "approved":
+        return world.approved(pending=pending)
+    return _mcp_refund(world, 2000, keyed=origin == "mcp_keyed")
+
+
+ORIGINS = ["chat_direct", "approved", "mcp_keyed", "mcp_held"]
+
+
+@pytest.mark.parametrize("origin", ORIGINS)
+def test_a_refund_of_every_origin_is_found_by_webhooks_the_sweep_reconciliation_and_its_audit_trail(
+    world: World, origin: str
+) -> None:
+    """Second review, finding 3: the webhook parsed the refund key itself and knew only ``conv_…`` and approval
+    ids, so every event of an MCP refund was ``unknown_refund`` (the ledger kept SUCCEEDED after the provider
+    failed it). Every reader now takes the grammar from support_agent/refunds/keys.py."""
+    row = _refund_from(world, origin, pending=True)
+    assert row.status == "SETTLING" and row.refund_id, row
+    assert refund_keys.parse(row.refund_key) is not None and refund_keys.ledger_sk(row.refund_key) == row.sk
+    world.deliver()  # the creation's `pending` events: nothing new
+    # Webhooks: pending -> succeeded, then Stripe fails it late.
+    world.stripe.settle(row.refund_id, "succeeded")
+    assert world.deliver().count("applied") == 1
+    assert world.row(row.sk).status == "SUCCEEDED"
+    world.stripe.fail_late(row.refund_id, "expired_or_canceled_card")
+    assert world.deliver().count("applied") == 1
+    assert world.row(row.sk).status == "FAILED"
+    heard = [a["action"] for a in world.webhook_audit(row)]
+    assert heard[-1] == "refund_failed_late" and set(heard) == {"payment_refund", "refund_failed_late"}, heard
+
+    # The payment sweep: another refund of this origin, settled at the provider with no webhook delivered.
+    world.sender.deliver = False
+    other = _refund_from(world, origin, pending=True)
+    world.stripe.settle(other.refund_id, "succeeded")
+    sweep = PaymentSweeper(
+        world.ledger, world.settler, world.settler.provider, grace_seconds=0, new_attempt_after_seconds=600, limit=50
+    )
+    sweep.run()
+    assert world.row(other.sk).status == "SUCCEEDED"
+    world.check()
+
+    # Reconciliation: nothing to say of either refund.
+    report = Reconciler(world.ledger, world.settler.provider).run()
+    named = [d for d in report.differences if d.refund_key in (row.refund_key, other.refund_key)]
+    assert named == [], named
+
+    # The audit trail: each refund's stream verifies against the head its ledger row holds.
+    env = world.env
+    audit = AuditStore(
+        world.ddb, env["AUDIT_TABLE"], env["CONVERSATIONS_TABLE"], env["APPROVALS_TABLE"], env["CUSTOMER_DATA_TABLE"]
+    )
+    for r in (row, other):
+        answer = audit.verify_stream(f"refund#{r.refund_key}")
+        assert (answer["status"], answer["rows"] > 0) == ("ok", True), answer

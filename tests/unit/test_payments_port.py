@@ -22,11 +22,10 @@ from support_agent.payments.port import (
     ProviderRefund,
     ProviderRefused,
     ProviderUnavailable,
-    attempt_key,
     refund_metadata,
-    split_attempt_key,
 )
 from support_agent.payments.stripe import StripeProvider
+from support_agent.refunds.keys import attempt_key, split_attempt_key
 
 PI = "pi_demo_1042"
 APPROVAL = "apr_01JZ0000000000000000000000"

@@ -25,10 +25,10 @@ from support_agent.ids import new_conversation_id
 from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
 from support_agent.pricing import estimate_usd, price_table
+from support_agent.refunds.keys import direct_refund_key
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import chain
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage
-from support_agent.store.ledger import direct_refund_key
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolSource
 
 if TYPE_CHECKING:

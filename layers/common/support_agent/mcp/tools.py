@@ -31,17 +31,17 @@ from botocore.exceptions import ClientError
 from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.ids import ulid
+from support_agent.refunds.keys import MCP_SCOPE, direct_refund_key, mcp_refund_key
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.dynamo import error_code, from_item, to_item, to_values
-from support_agent.store.ledger import direct_refund_key
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_META_KEY = "support-agent/idempotency-key"
 ORIGIN = "mcp"
-KEY_SCOPE = "mcp"  # the "conversation" part of an MCP call's keys
+KEY_SCOPE = MCP_SCOPE  # the "conversation" part of an MCP call's keys (refunds/keys.py)
 MAX_KEY_CHARS = 255
 MAX_CLIENT_CHARS = 128
 AUDIT_RETRIES = 32  # concurrent calls of one customer racing on its stream's head
@@ -68,7 +68,7 @@ def stream_of(customer_id: int) -> str:
 
 def server_key(customer_id: int, idempotency_key: str) -> str:
     """``mcp:<customer_id>:<sha256(key)>``: the key our ledger and the payment provider see."""
-    return direct_refund_key(KEY_SCOPE, customer_id, _digest(idempotency_key))
+    return mcp_refund_key(customer_id, _digest(idempotency_key))
 
 
 def _digest(idempotency_key: str) -> str:

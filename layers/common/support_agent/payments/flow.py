@@ -26,8 +26,9 @@ from typing import Any
 
 from support_agent.messages import Deadline
 from support_agent.payments.settle import RefundSettler
+from support_agent.refunds.keys import approved_refund_sk
 from support_agent.store.approvals import Approval, ApprovalStore
-from support_agent.store.ledger import LedgerRace, ReservationMissing, approved_refund_sk
+from support_agent.store.ledger import LedgerRace, ReservationMissing
 
 ACTOR = "refund-flow"
 RACE_ATTEMPTS = 3

@@ -28,13 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from support_agent.errors import ServiceError
 from support_agent.messages import Deadline
+from support_agent.refunds.keys import split_attempt_key
 
 RefundStatus = Literal["pending", "requires_action", "succeeded", "failed", "canceled"]
 # A refund in one of these states moved no money and never will: `find` skips it.
 DEAD_STATUSES = frozenset({"failed", "canceled"})
 
 # Stripe's limits (https://docs.stripe.com/api/idempotent_requests, /api/metadata); we keep to them everywhere.
-MAX_KEY_CHARS = 255
 MAX_METADATA_KEYS = 50
 MAX_METADATA_KEY_CHARS = 40
 MAX_METADATA_VALUE_CHARS = 500
@@ -157,27 +157,6 @@ class PaymentProvider(Protocol):
         """Every refund created at or after ``created_gte`` (seconds since the epoch) on any payment intent,
         ours or not, newest first: reconciliation finds refunds made outside our ledger this way."""
         ...
-
-
-def attempt_key(refund_key: str, attempt: int) -> str:
-    """``<refund key>#<n>``: the idempotency key of attempt ``n`` (from 1) of a refund."""
-    if not refund_key or "#" in refund_key:
-        raise ValueError("a refund key is non-empty and has no '#'")
-    if attempt < 1:
-        raise ValueError("attempts count from 1")
-    key = f"{refund_key}#{attempt}"
-    if len(key) > MAX_KEY_CHARS:
-        raise ValueError(f"an attempt key is at most {MAX_KEY_CHARS} characters")
-    return key
-
-
-def split_attempt_key(key: str) -> tuple[str, int]:
-    """The refund key and attempt number of an attempt key; ValueError when it is not one."""
-    refund_key, _, n = key.rpartition("#")
-    if not n.isdigit() or not n.isascii():
-        raise ValueError(f"not an attempt key: {key!r}")
-    attempt_key(refund_key, int(n))  # validates the parts and the length
-    return refund_key, int(n)
 
 
 def refund_metadata(key: str, metadata: Mapping[str, str]) -> dict[str, str]:

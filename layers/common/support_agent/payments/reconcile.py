@@ -41,7 +41,8 @@ from support_agent import observability as obs
 from support_agent.clock import Clock, iso, parse_iso, utc_datetime
 from support_agent.messages import Deadline
 from support_agent.payments.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
-from support_agent.store.ledger import LedgerRow, RefundLedger, approved_refund_sk
+from support_agent.refunds import keys as refund_keys
+from support_agent.store.ledger import LedgerRow, RefundLedger
 
 logger = logging.getLogger(__name__)
 
@@ -139,20 +140,9 @@ class ReconciliationIncomplete(Exception):
 
 
 def ledger_sk_of(refund: ProviderRefund) -> tuple[int, str] | None:
-    """(customer id, sort key) of the ledger row a refund's metadata names, or None when it names none.
-
-    An approved refund's key is its approval id (``REFUND#<approval id>``); a direct one's is
-    ``<conversation>:<seq>:<tool_use_id>`` (``REFUND#<conversation>#<seq>#<tool_use_id>``).
-    """
-    key, customer = refund.refund_key, refund.metadata.get("customer_id", "")
-    if not key or not customer.isdigit():
-        return None
-    if refund.metadata.get("approval_id") == key:
-        return int(customer), approved_refund_sk(key)
-    parts = key.split(":")
-    if len(parts) == 3 and all(parts):
-        return int(customer), "REFUND#" + "#".join(parts)
-    return None
+    """(customer id, sort key) of the ledger row a refund's metadata names, or None when it names none (the
+    grammar: refunds/keys.py)."""
+    return refund_keys.ledger_row_of(refund.refund_key, refund.metadata.get("customer_id", ""))
 
 
 class Reconciler:

@@ -36,12 +36,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from support_agent.errors import InvalidRequest, ServiceError, TooLarge
-from support_agent.ids import APPROVAL_ID, CONVERSATION_ID
 from support_agent.payments.port import ProviderRefund
 from support_agent.payments.settle import RefundSettler
-from support_agent.store.customer_data import refund_request_sk
+from support_agent.refunds import keys as refund_keys
 from support_agent.store.dynamo import put_new
-from support_agent.store.ledger import Duplicate, LedgerRow, RefundLedger, approved_refund_sk
+from support_agent.store.ledger import Duplicate, LedgerRow, RefundLedger
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +51,6 @@ ACTOR = "stripe-webhook"
 # A refund event is a few kB; far above that is not Stripe's.
 MAX_BODY_BYTES = 256 * 1024
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
-_SEQ = re.compile(r"[0-9]{1,9}")
-_CUSTOMER = re.compile(r"[1-9][0-9]{0,17}")
 
 Outcome = Literal["applied", "unchanged", "duplicate", "ignored", "unknown_refund"]
 
@@ -154,20 +151,9 @@ class WebhookResult:
 
 
 def ledger_sk(refund: ProviderRefund) -> tuple[int, str] | None:
-    """The ledger row a refund's metadata names — (customer id, sk) — or None when it names none of ours.
-
-    Approved refunds: ``refund_key`` is the approval id, row ``REFUND#<approval id>``. Direct refunds:
-    ``<conversation_id>:<seq>:<tool_use_id>``, row ``REFUND#<conversation>#<seq>#<tool_use_id>``.
-    """
-    customer, key = refund.metadata.get("customer_id", ""), refund.refund_key
-    if not _CUSTOMER.fullmatch(customer) or not key:
-        return None
-    if APPROVAL_ID.match(key):
-        return int(customer), approved_refund_sk(key)
-    parts = key.split(":")
-    if len(parts) == 3 and CONVERSATION_ID.match(parts[0]) and _SEQ.fullmatch(parts[1]) and parts[2]:
-        return int(customer), refund_request_sk(parts[0], int(parts[1]), parts[2])
-    return None
+    """The ledger row a refund's metadata names — (customer id, sk) — or None when it names none of ours: every
+    origin's key (chat direct, MCP keyed, approved) by the one grammar, refunds/keys.py."""
+    return refund_keys.ledger_row_of(refund.refund_key, refund.metadata.get("customer_id", ""))
 
 
 class StripeWebhooks:

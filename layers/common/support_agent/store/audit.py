@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from support_agent.ids import ulid
+from support_agent.refunds import keys as refund_keys
 from support_agent.store.audit_chain import CHAIN_FIELDS, Head, verify
 from support_agent.store.audit_chain import VERSION as CHAIN_VERSION
 from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, put_new, to_item, to_values
@@ -107,14 +108,6 @@ NAMED_STREAMS = (("approval_id", "approval#"), ("handoff_id", "handoff#"), ("ref
 MAX_FOLLOWED_STREAMS = 200
 
 
-def ledger_sk(refund_key: str) -> str:
-    """The ledger row (owner of ``refund#<key>``) of a refund key: ``conv:seq:tool`` (direct) or an approval id."""
-    if ":" in refund_key:
-        conversation_id, seq, tool_use_id = refund_key.split(":", 2)
-        return f"REFUND#{conversation_id}#{seq}#{tool_use_id}"
-    return f"REFUND#{refund_key}"
-
-
 class AuditStore:
     def __init__(
         self,
@@ -178,8 +171,8 @@ class AuditStore:
             customers = {r["customer_id"] for r in rows if r.get("customer_id") is not None}
             if len(customers) != 1:
                 return None
-            key = {"customer_id": customers.pop(), "sk": ledger_sk(stream.split("#", 1)[1])}
-            item = self._get(self._customers, key)
+            sk = refund_keys.ledger_sk(stream.split("#", 1)[1])  # the row owning ``refund#<key>``
+            item = self._get(self._customers, {"customer_id": customers.pop(), "sk": sk}) if sk else None
         else:  # a conversation, or an erasure run (its record: a key of the Conversations table)
             # Query, not GetItem: the lead role reads the Conversations table by Query only.
             out = self._db.query(

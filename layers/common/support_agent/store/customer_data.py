@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from support_agent.refunds.keys import requests_prefix
 from support_agent.store.dynamo import DynamoDBClient, from_item, to_item, to_values
 from support_agent.store.records import Record
 
@@ -39,11 +40,6 @@ class Order(Record):
 
 def order_key(customer_id: int, order_id: int) -> dict[str, Any]:
     return to_item({"customer_id": customer_id, "sk": f"ORDER#{order_id}"})
-
-
-def refund_request_sk(conversation_id: str, seq: int, tool_use_id: str) -> str:
-    """The idempotency key of one refund tool call: server-side values only."""
-    return f"REFUND#{conversation_id}#{seq}#{tool_use_id}"
 
 
 class CustomerDataStore:
@@ -80,7 +76,7 @@ class CustomerDataStore:
         return self.query_prefix(customer_id, "INVOICE#")
 
     def refund_requests(self, customer_id: int, conversation_id: str) -> list[dict[str, Any]]:
-        return self.query_prefix(customer_id, f"REFUND#{conversation_id}#")
+        return self.query_prefix(customer_id, requests_prefix(conversation_id))
 
     def put(self, values: dict[str, Any]) -> None:
         self._db.put_item(TableName=self.table, Item=to_item(values))

@@ -34,8 +34,8 @@ from typing import Any, ClassVar, Literal
 
 from botocore.exceptions import ClientError
 
-from support_agent.payments.port import attempt_key
 from support_agent.payments.vocabulary import LedgerStatus, customer_status
+from support_agent.refunds.keys import approved_refund_sk, attempt_key
 from support_agent.store.approvals import Approval, decided_note
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
@@ -63,14 +63,6 @@ Kind = Literal["direct", "approved"]
 # A refund key's writers racing on its audit stream (the tool, RefundFlow executions, the webhook, the sweep): each
 # lost race means another writer appended a row, so this bounds a burst of 32 writers on one key.
 HEAD_RETRIES = 32
-
-
-def approved_refund_sk(approval_id: str) -> str:
-    return f"REFUND#{approval_id}"
-
-
-def direct_refund_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
-    return f"{conversation_id}:{seq}:{tool_use_id}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from support_agent import observability as obs
 from support_agent.ids import new_approval_id
 from support_agent.payments.settle import RefundSettler
-from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore, refund_request_sk
-from support_agent.store.ledger import UNSETTLED, LedgerRow, direct_refund_key
+from support_agent.refunds.keys import direct_refund_key, request_sk
+from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore
+from support_agent.store.ledger import UNSETTLED, LedgerRow
 from support_agent.store.refunds import HeldExists, RefundRace, RefundRequest, RefundWriter
 from support_agent.tools.orders import not_found
 from support_agent.tools.registry import Tool, ToolContext, ToolError
@@ -82,7 +83,7 @@ def refund_tools(
         return direct_answer(settled.row)
 
     def recorded(ctx: ToolContext) -> dict[str, Any] | None:
-        item = store.get(ctx.customer_id, refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id))
+        item = store.get(ctx.customer_id, request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id))
         if item is None:
             return None
         if item.get("kind") != "direct" or "refund_key" not in item:
@@ -120,7 +121,7 @@ def refund_tools(
             amount_cents=args.amount_cents,
             currency=order.currency,
             reason=args.reason,
-            request_sk=refund_request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id),
+            request_sk=request_sk(ctx.conversation_id, ctx.seq, ctx.tool_use_id),
             conversation_id=ctx.owner_conversation_id,
             tool_use_id=ctx.tool_use_id,
             actor=ctx.principal.sub,

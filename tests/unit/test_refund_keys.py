@@ -1,0 +1,95 @@
+"""The refund key's grammar has one owner (support_agent/refunds/keys.py), and every origin round-trips through it.
+
+Second review, finding 3: three parsers disagreed (the webhook's knew no MCP key), so the same refund was found
+by one reader and lost by another. Here each origin's key is built as its writer builds it and every reader's
+mapping (webhook, reconciliation, audit) is the one module's; a static check keeps the grammar out of the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from support_agent.ids import new_approval_id, new_conversation_id
+from support_agent.mcp.tools import server_key
+from support_agent.payments.port import ProviderRefund
+from support_agent.payments.reconcile import ledger_sk_of
+from support_agent.payments.webhook import ledger_sk as webhook_ledger_sk
+from support_agent.refunds import keys
+
+PACKAGE = Path(__file__).resolve().parents[2] / "layers" / "common" / "support_agent"
+CONVERSATION = new_conversation_id()
+APPROVAL = new_approval_id()
+MCP_KEY = server_key(7, "client-key-1")
+
+
+def _refund(key: str, customer: str = "7") -> ProviderRefund:
+    metadata = {"refund_key": key, "attempt": "1", "customer_id": customer}
+    return ProviderRefund(id="re_1", status="succeeded", amount=100, currency="usd", metadata=metadata)
+
+
+ORIGINS = {
+    "chat_direct": (
+        keys.direct_refund_key(CONVERSATION, 12, "toolu_01AbC-x"),
+        keys.request_sk(CONVERSATION, 12, "toolu_01AbC-x"),
+    ),
+    "mcp_keyed": (MCP_KEY, keys.request_sk("mcp", 7, MCP_KEY.rsplit(":", 1)[1])),
+    "approved": (APPROVAL, keys.approved_refund_sk(APPROVAL)),
+}
+
+
+@pytest.mark.parametrize("origin", list(ORIGINS))
+def test_every_reader_finds_the_row_the_writer_wrote(origin: str) -> None:
+    key, sk = ORIGINS[origin]
+    parsed = keys.parse(key)
+    assert parsed is not None and parsed.key == key and parsed.ledger_sk == sk
+    assert keys.ledger_sk(key) == sk
+    assert webhook_ledger_sk(_refund(key)) == ledger_sk_of(_refund(key)) == (7, sk)
+    attempt = keys.attempt_key(key, 3)
+    assert keys.split_attempt_key(attempt) == (key, 3) and len(attempt) <= keys.MAX_ATTEMPT_KEY_CHARS
+
+
+def test_the_mcp_key_is_scoped_to_its_customer_and_hashes_the_clients_key() -> None:
+    assert MCP_KEY.startswith("mcp:7:") and "client-key-1" not in MCP_KEY
+    assert server_key(8, "client-key-1") != MCP_KEY
+    parsed = keys.parse(MCP_KEY)
+    assert parsed is not None and (parsed.origin, parsed.customer_id) == ("mcp", 7)
+    # A refund whose metadata names another customer than its MCP key is none of ours.
+    assert keys.ledger_row_of(MCP_KEY, "8") is None
+    assert webhook_ledger_sk(_refund(MCP_KEY, "8")) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "re_dashboard",
+        "conv_x:1:toolu_1",  # not a conversation id
+        f"{CONVERSATION}:1",
+        f"{CONVERSATION}:one:toolu_1",
+        f"{CONVERSATION}:1:toolu#1",
+        f"{CONVERSATION}:1:toolu_1:extra",
+        "mcp:0:abc",  # customer ids start at 1
+        "mcp:x:abc",
+        "other:7:abc",
+        "apr_notaulid",
+    ],
+)
+def test_what_is_not_ours_maps_to_no_row(key: str) -> None:
+    assert keys.parse(key) is None and keys.ledger_sk(key) is None
+    assert webhook_ledger_sk(_refund(key)) is None and ledger_sk_of(_refund(key)) is None
+
+
+def test_no_module_but_refunds_keys_spells_the_grammar() -> None:
+    """The ledger row prefix, the key's separators and the attempt suffix are written in refunds/keys.py only."""
+    spelled = re.compile(r"""["']REFUND#|\bkey\.split\(|\bkey\.rpartition\(|\{refund_key\}#\{""")
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() != "refunds/keys.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if spelled.search(line)
+    ]
+    assert offenders == []
