@@ -169,6 +169,31 @@ def test_a_declined_tool_is_not_counted_but_a_new_one_is(stub: CarrierStub, reje
         parse_servers(json.dumps([{"name": "c", "url": stub.url, "tools": PINS, "declined": ["track_parcel"]}]))
 
 
+def test_a_tool_listed_twice_is_reviewed_once_the_repeat_rejected(stub: CarrierStub) -> None:
+    """The first listing decides; a repeat (here a poisoned one) is never offered, whatever it says."""
+    entry = parse_servers(json.dumps([{"name": "carrier", "url": stub.url, "tools": PINS}]))[0]
+    track = next(d for d in stub.definitions() if d["name"] == "track_parcel")
+    poisoned = CHANGES["description"](track)
+    accepted, rejections = outside.review(entry, [track, poisoned, track])
+    assert [t.spec["description"] for t in accepted] == [track["description"]]
+    assert [(r.tool, r.reason, r.alarming) for r in rejections] == [
+        ("track_parcel", "duplicate", True),
+        ("track_parcel", "duplicate", True),
+    ]
+
+
+def test_a_server_listing_its_tools_twice_offers_each_once_and_counts_the_repeats(
+    stub: CarrierStub, harness: Harness, rejected: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed_once = outside.OutsideServer.list_tools
+    monkeypatch.setattr(outside.OutsideServer, "list_tools", lambda self: listed_once(self) * 2)
+    own = list(names(harness))
+    with_carrier(harness, stub)
+    assert names(harness) == [*own, TRACK]  # once, not twice
+    assert rejected == [2]  # the repeats of track_parcel and of the declined cancel_shipment
+    assert not track_turn(harness)["is_error"]
+
+
 def test_a_non_read_only_tool_is_refused_even_when_pinned(stub: CarrierStub) -> None:
     from support_agent.mcp.pins import tool_pin
 

@@ -27,6 +27,7 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from devstack.tokens import mint_token
 from support_agent.mcp.tools import IDEMPOTENCY_META_KEY
+from support_agent.store.handoffs import HandoffStore
 from support_agent.tools.registry import ToolRegistry
 from tests.integration.conftest import EVENTS, Api
 
@@ -382,6 +383,80 @@ def test_one_key_twice_is_one_refund(api: Api, mode: str) -> None:
     server_key = f"mcp:7:{hashlib.sha256(f'one-refund-{mode}'.encode()).hexdigest()}"
     mine = [r for r in rows if r.get("refund_key", {}).get("S") == server_key]
     assert len(mine) == 1, rows  # one ledger row for the key, whatever the number of calls
+
+
+def _key_rows(api: Api, customer_id: int, key: str) -> list[dict[str, Any]]:
+    """The ledger rows of an MCP refund made with ``key`` (the provider here is ledger-only: they are the refunds)."""
+    rows = boto3.client("dynamodb").query(
+        TableName=api.stack.physical_ids["CustomerDataTable"],
+        KeyConditionExpression="customer_id = :c AND begins_with(sk, :p)",
+        ExpressionAttributeValues={":c": {"N": str(customer_id)}, ":p": {"S": f"REFUND#mcp#{customer_id}#"}},
+    )["Items"]
+    server_key = f"mcp:{customer_id}:{hashlib.sha256(key.encode()).hexdigest()}"
+    return [r for r in rows if r.get("refund_key", {}).get("S") == server_key]
+
+
+def _refunded(api: Api, customer_id: int, order_id: int) -> int:
+    item = boto3.client("dynamodb").get_item(
+        TableName=api.stack.physical_ids["CustomerDataTable"],
+        Key={"customer_id": {"N": str(customer_id)}, "sk": {"S": f"ORDER#{order_id}"}},
+        ConsistentRead=True,
+    )["Item"]
+    return int(item["refunded_cents"]["N"])
+
+
+def _reused(result: types.CallToolResult) -> bool:
+    return result.is_error is True and "idempotency_key_reused" in result.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_key_with_other_arguments_is_refused_and_refunds_once(api: Api, mode: str) -> None:
+    """The key is bound to the tool and its arguments: the same ones answer as recorded, other ones are refused
+    (as /api/chat answers 422 idempotency_key_reused), and the refund is made once."""
+    api.overrides["MCP_CALLS_PER_MINUTE"] = "1000"  # this module's many calls within one minute
+    api.current = ""
+    sam, key = api.token("customer-8", customer_id=8), f"bound-{mode}"
+    args = {"order_id": 2002, "amount_cents": 300, "reason": "dented"}
+    refunded_before = _refunded(api, 8, 2002)
+
+    async def go(client: Client) -> list[types.CallToolResult]:
+        meta = {IDEMPOTENCY_META_KEY: key}
+        return [
+            await client.call_tool("request_refund", args, meta=meta),
+            await client.call_tool("request_refund", dict(reversed(args.items())), meta=meta),
+            await client.call_tool("request_refund", {**args, "amount_cents": 400}, meta=meta),
+        ]
+
+    first, same, other = with_client(api, mode, go, token=sam)
+    assert first.is_error is False and structured(first)["status"] == "REFUNDED", structured(first)
+    assert same.is_error is False and structured(same) == structured(first)
+    assert _reused(other), structured(other)
+    assert [r["amount_cents"]["N"] for r in _key_rows(api, 8, key)] == ["300"]
+    assert _refunded(api, 8, 2002) - refunded_before == 300
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_key_used_by_one_tool_is_refused_by_another(api: Api, mode: str) -> None:
+    api.overrides["MCP_CALLS_PER_MINUTE"] = "1000"
+    api.current = ""
+    sam, key = api.token("customer-8", customer_id=8), f"one-tool-{mode}"
+
+    async def go(client: Client) -> tuple[types.CallToolResult, types.CallToolResult]:
+        meta = {IDEMPOTENCY_META_KEY: key}
+        refund = {"order_id": 2002, "amount_cents": 200, "reason": "scuffed"}
+        return (
+            await client.call_tool("request_refund", refund, meta=meta),
+            await client.call_tool("escalate_to_human", {"reason": "a person"}, meta=meta),
+        )
+
+    refund, person = with_client(api, mode, go, token=sam)
+    assert refund.is_error is False, structured(refund)
+    assert _reused(person), structured(person)
+    ids = api.stack.physical_ids
+    handoffs = HandoffStore(
+        boto3.client("dynamodb"), ids["ApprovalsTable"], ids["ConversationsTable"], ids["AuditTable"]
+    )
+    assert handoffs.opened_by("mcp", 8, hashlib.sha256(key.encode()).hexdigest()) is None  # nothing under the key
 
 
 @pytest.mark.parametrize("mode", MODES)

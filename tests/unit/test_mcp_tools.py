@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from support_agent.auth import Principal
-from support_agent.mcp.tools import McpServices, build_mcp_services, server_key, tool_definitions
+from support_agent.mcp.tools import McpServices, build_mcp_services, key_item, server_key, tool_definitions
 from support_agent.mcp.tools import call_tool as _call_tool
 from support_agent.store.approvals import ApprovalStore
 from support_agent.store.audit import AuditStore
+from support_agent.store.dynamo import to_item
 from support_agent.store.handoffs import HandoffStore
 from support_agent.store.refunds import held_sk
 from support_agent.tools.registry import ToolOutcome
@@ -117,6 +118,55 @@ def test_a_keyed_refund_under_the_threshold_is_one_direct_refund(harness: Harnes
     assert harness.order(1043).refunded_cents == 500
     check_money(world(harness), 7)
     assert audit_store(harness).verify_trail("mcp#7")["status"] == "ok"
+
+
+def test_a_key_reused_with_other_arguments_or_another_tool_is_refused(harness: Harness, mcp: McpServices) -> None:
+    """A key is bound to (tool, arguments): a mistaken reuse is an error, never the first call's answer."""
+    first = call(mcp, 7, "request_refund", REFUND, key="k-r")
+    assert first.result["status"] == "REFUNDED", first.result
+    reordered = call(mcp, 7, "request_refund", dict(reversed(REFUND.items())), key="k-r")  # the same arguments
+    assert reordered.result == first.result and not reordered.is_error
+    other = call(mcp, 7, "request_refund", {**REFUND, "amount_cents": 900}, key="k-r")
+    elsewhere = call(mcp, 7, "escalate_to_human", {"reason": "a person"}, key="k-r")
+    for refused in (other, elsewhere):
+        assert refused.is_error and refused.outcome == "invalid_input", refused
+        assert refused.result["code"] == "idempotency_key_reused"
+        assert refused.result["error"].startswith("idempotency_key_reused:")
+    # Nothing written for the refused calls: one refund of the first amount, no ticket; each call audited.
+    ledger = [r for r in rows(harness, 7, "REFUND#") if r.get("kind") == "direct"]
+    assert [(r["refund_key"], r["amount_cents"]) for r in ledger] == [(server_key(7, "k-r"), 500)]
+    assert harness.order(1043).refunded_cents == 500
+    assert not [i for i in world(harness).scan(harness.settings.approvals_table) if i.get("entity") == "HANDOFF"]
+    trail = audit_store(harness).list_stream("mcp#7")
+    assert [(r["tool"], r["outcome"]) for r in trail] == [
+        ("request_refund", "ok"),
+        ("request_refund", "ok"),
+        ("request_refund", "invalid_input"),
+        ("escalate_to_human", "invalid_input"),
+    ]
+    assert "idempotency_key_reused" in trail[2]["output"]
+    assert audit_store(harness).verify_trail("mcp#7")["status"] == "ok"
+    check_money(world(harness), 7)
+
+
+def test_invalid_arguments_do_not_bind_a_key(harness: Harness, mcp: McpServices) -> None:
+    bad = call(mcp, 7, "request_refund", {**REFUND, "amount_cents": "500"}, key="k-fix")
+    assert bad.is_error and bad.outcome == "invalid_input" and "code" not in bad.result
+    fixed = call(mcp, 7, "request_refund", REFUND, key="k-fix")
+    assert fixed.result["status"] == "REFUNDED", fixed.result
+
+
+def test_a_key_used_before_keys_were_bound_is_bound_by_its_next_call(harness: Harness, mcp: McpServices) -> None:
+    """A key whose refund predates the binding item (removed here) answers its record to the same arguments, and
+    from then on is bound to them."""
+    first = call(mcp, 7, "request_refund", REFUND, key="k-old")
+    harness.ddb.delete_item(TableName=harness.settings.conversations_table, Key=to_item(key_item(7, "k-old")))
+    again = call(mcp, 7, "request_refund", REFUND, key="k-old")
+    assert again.result == first.result and not again.is_error
+    other = call(mcp, 7, "request_refund", {**REFUND, "amount_cents": 900}, key="k-old")
+    assert other.is_error and other.result["code"] == "idempotency_key_reused"
+    assert len([r for r in rows(harness, 7, "REFUND#") if r.get("kind") == "direct"]) == 1
+    check_money(world(harness), 7)
 
 
 def test_two_customers_one_key_two_refunds(harness: Harness, mcp: McpServices) -> None:

@@ -1,9 +1,10 @@
 """Outside MCP servers' tools for the loop: only those reviewed, and nothing they answer can fail a turn.
 
 * Review (`review`): a listed tool reaches the model only if it is on its server's allowlist, marked read-only
-  (``annotations.readOnlyHint``) and its definition still has the pinned digest (mcp/pins.py). Anything else is
-  logged and counted (``McpToolRejected``, an alarm): a changed description is an injection until reviewed. A
-  tool the entry ``declined`` (reviewed, deliberately not offered: a server's write tools) is only logged.
+  (``annotations.readOnlyHint``) and its definition still has the pinned digest (mcp/pins.py); a name listed
+  again is judged by its first listing, the repeat dropped. Anything else is logged and counted
+  (``McpToolRejected``, an alarm): a changed description is an injection until reviewed. A tool the entry
+  ``declined`` (reviewed, deliberately not offered: a server's write tools) is only logged.
 * Discovery: ``tools/list`` when the source is built (container start) and again once ``MCP_REFRESH_SECONDS`` have
   passed, checked when the loop reads the specs (a stateless function never hears ``list_changed``). A server
   that cannot be listed keeps the tools last reviewed, so one outage does not reshape the prompt.
@@ -74,7 +75,8 @@ class OutsideTool:
 class Rejection:
     server: str
     tool: str
-    reason: str  # not_allowlisted | not_read_only | changed | no_customer_argument | bad_schema | declined
+    # not_allowlisted | not_read_only | changed | no_customer_argument | bad_schema | duplicate | declined
+    reason: str
 
     @property
     def alarming(self) -> bool:
@@ -86,11 +88,16 @@ def review(entry: McpServerEntry, listed: list[dict[str, Any]]) -> tuple[list[Ou
     """Which of a server's listed tools (wire form) the model may see, and which it may not and why."""
     accepted: list[OutsideTool] = []
     rejected: list[Rejection] = []
+    seen: set[str] = set()
     for definition in listed:
         name = str(definition.get("name", ""))
         pin = entry.tools.get(name)
         annotations = definition.get("annotations")
         read_only = isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
+        if name in seen:  # the first listing decides: a repeat would be offered twice, or stand in for it
+            rejected.append(Rejection(entry.name, name, "duplicate"))
+            continue
+        seen.add(name)
         if name in entry.declined:
             rejected.append(Rejection(entry.name, name, "declined"))
         elif pin is None:

@@ -12,6 +12,11 @@ imports nothing of the ``mcp`` SDK (plain dicts), so it stays light.
   meet, and a repeated call finds what the first recorded. Without a key the call gets a fresh id: a refund of
   any amount is then held for a lead (`ToolContext.held`; an identical pending request answers with its
   approval, store/refunds.py `held_sk`), and a hand-off reuses the customer's open MCP ticket.
+* A key is bound to its first call: the Conversations item ``mcp#<customer_id>#key#<sha256(key)>`` / 0 holds the
+  SHA-256 of the tool's name and its validated arguments' canonical JSON (`binding`), claimed before the tool
+  runs. The same call again answers as recorded; another one (other arguments, another tool) is an ``is_error``
+  ``idempotency_key_reused`` (as ``/api/chat`` answers 422), audited, nothing else written. A key whose refund
+  predates the binding item is bound by its next call. A read-only tool ignores a key.
 * Audit: every call is one row of the stream ``mcp#<customer_id>`` (origin ``mcp``, the client's name), whose
   head lives in the Conversations item ``mcp#<customer_id>`` / 0; that item carries no ``customer_id`` and no
   ``updated_at`` (``by_customer`` never lists it). The row is chained on the head read and the head advanced
@@ -21,8 +26,9 @@ imports nothing of the ``mcp`` SDK (plain dicts), so it stays light.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +40,7 @@ from support_agent.ids import ulid
 from support_agent.refunds.keys import MCP_SCOPE, direct_refund_key, mcp_refund_key
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
-from support_agent.store.dynamo import error_code, from_item, to_item, to_values
+from support_agent.store.dynamo import error_code, from_item, is_conditional_failure, to_item, to_values
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -45,6 +51,7 @@ KEY_SCOPE = MCP_SCOPE  # the "conversation" part of an MCP call's keys (refunds/
 MAX_KEY_CHARS = 255
 MAX_CLIENT_CHARS = 128
 AUDIT_RETRIES = 32  # concurrent calls of one customer racing on its stream's head
+KEY_REUSED = "idempotency_key_reused"
 
 _READ_ONLY = frozenset({"lookup_order", "list_invoices"})
 # The effects' meaning in MCP's terms: a refund moves money and a hand-off opens a ticket (destructive: not
@@ -73,6 +80,37 @@ def server_key(customer_id: int, idempotency_key: str) -> str:
 
 def _digest(idempotency_key: str) -> str:
     return hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
+
+
+def key_item(customer_id: int, idempotency_key: str) -> dict[str, Any]:
+    """The key of the Conversations item binding a customer's idempotency key to its first call."""
+    return {"conversation_id": f"mcp#{customer_id}#key#{_digest(idempotency_key)}", "seq": 0}
+
+
+def binding(name: str, arguments: Mapping[str, Any]) -> str:
+    """What a key is bound to: SHA-256 of the canonical JSON (sorted keys, no spaces, UTF-8) of the tool's name and
+    its validated arguments. The key itself rides in ``_meta``, never in the arguments (extra properties refused)."""
+    canonical = json.dumps({"arguments": arguments, "tool": name}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def bind_key(services: McpServices, customer_id: int, idempotency_key: str, name: str, bound: str) -> bool:
+    """True when the key is new (bound now) or already bound to ``bound``; False when another call holds it. One
+    conditional UpdateItem (McpFunction may not PutItem): of two different calls racing on a key, one binds it."""
+    try:
+        services.ddb.update_item(
+            TableName=services.conversations_table,
+            Key=to_item(key_item(customer_id, idempotency_key)),
+            UpdateExpression="SET #b = :b, #t = :t, #at = if_not_exists(#at, :at)",  # the same binding: the same tool
+            ConditionExpression="attribute_not_exists(#b) OR #b = :b",
+            ExpressionAttributeNames={"#b": "binding", "#t": "tool", "#at": "bound_at"},
+            ExpressionAttributeValues=to_values({":b": bound, ":t": name[:64], ":at": services.now()}),
+        )
+    except ClientError as exc:
+        if is_conditional_failure(exc):
+            return False
+        raise
+    return True
 
 
 def tool_definitions(registry: ToolRegistry) -> list[dict[str, Any]]:
@@ -114,6 +152,23 @@ def call_tool(
         )
         _audit(services, principal, name, arguments, outcome, None, client)
         return outcome
+    if key is not None and effect:
+        validated = services.registry.validated(name, arguments if arguments is not None else {})
+        # Input the tool refuses binds nothing: the registry answers it below, and the key stays free.
+        if not isinstance(validated, ToolOutcome) and not bind_key(
+            services, customer_id, key, name, binding(name, validated)
+        ):
+            outcome = ToolOutcome(
+                {
+                    "error": f"{KEY_REUSED}: this idempotency key was used with other arguments or another tool; "
+                    "send a new key for a new request",
+                    "code": KEY_REUSED,
+                },
+                True,
+                "invalid_input",
+            )
+            _audit(services, principal, name, arguments, outcome, None, client)
+            return outcome
     call_id = _digest(key) if key is not None and effect else ulid().lower()
     ctx = ToolContext(
         principal=principal,

@@ -120,6 +120,12 @@ class ToolRegistry:
         except ValidationError as exc:
             return ToolOutcome({"error": f"invalid input: {_validation_message(exc)}"}, True, "invalid_input")
 
+    def validated(self, name: str, raw: Any) -> dict[str, Any] | ToolOutcome:
+        """The input as the tool would get it (JSON values, defaults filled in), or why it is refused: what an
+        MCP idempotency key is bound to (mcp/tools.py), so two spellings of one input are one call."""
+        parsed = self._parse(name, raw)
+        return parsed if isinstance(parsed, ToolOutcome) else parsed[1].model_dump(mode="json")
+
     def execute(self, name: str, raw: Any, ctx: ToolContext) -> ToolOutcome:
         parsed = self._parse(name, raw)
         if isinstance(parsed, ToolOutcome):
