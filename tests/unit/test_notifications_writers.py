@@ -19,6 +19,7 @@ from support_agent.payments.flow import RefundStep
 from support_agent.payments.none import LedgerOnly
 from support_agent.payments.port import ProviderRefund, ProviderRefused
 from support_agent.payments.settle import RefundSettler
+from support_agent.refunds.keys import approved_refund_sk, direct_refund_key
 from support_agent.store.approvals import Approval, ApprovalStore, StateConflict
 from support_agent.store.dynamo import put_new, to_item, to_values
 from support_agent.store.ledger import (
@@ -26,8 +27,6 @@ from support_agent.store.ledger import (
     LedgerRow,
     Outcome,
     RefundLedger,
-    approved_refund_sk,
-    direct_refund_key,
 )
 from support_agent.store.notifications import Notification, NotificationStore
 from support_agent.store.refunds import RefundRequest, RefundWriter

@@ -20,10 +20,10 @@ from support_agent.payments.port import (
     ProviderRefund,
     ProviderRefused,
     ProviderUnavailable,
-    attempt_key,
 )
 from support_agent.payments.retry import StripePolicy
 from support_agent.payments.stripe import STRIPE_VERSION, StripeProvider
+from support_agent.refunds.keys import attempt_key
 
 KEY = "sk_test_123"
 PI = "pi_demo_1043"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support_agent.ids import new_approval_id, new_conversation_id
+from support_agent.ids import APPROVAL_ID, CONVERSATION_ID
 from support_agent.mcp.tools import server_key
 from support_agent.payments.port import ProviderRefund
 from support_agent.payments.reconcile import ledger_sk_of
@@ -20,8 +20,8 @@ from support_agent.payments.webhook import ledger_sk as webhook_ledger_sk
 from support_agent.refunds import keys
 
 PACKAGE = Path(__file__).resolve().parents[2] / "layers" / "common" / "support_agent"
-CONVERSATION = new_conversation_id()
-APPROVAL = new_approval_id()
+CONVERSATION = "conv_01JZ0000000000000000000000"  # fixed ids: pytest-xdist workers must collect the same names
+APPROVAL = "apr_01JZ0000000000000000000001"
 MCP_KEY = server_key(7, "client-key-1")
 
 
@@ -42,6 +42,7 @@ ORIGINS = {
 
 @pytest.mark.parametrize("origin", list(ORIGINS))
 def test_every_reader_finds_the_row_the_writer_wrote(origin: str) -> None:
+    assert CONVERSATION_ID.match(CONVERSATION) and APPROVAL_ID.match(APPROVAL)
     key, sk = ORIGINS[origin]
     parsed = keys.parse(key)
     assert parsed is not None and parsed.key == key and parsed.ledger_sk == sk

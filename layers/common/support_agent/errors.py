@@ -49,6 +49,12 @@ class Conflict(ServiceError):
     kind = "conflict"
 
 
+class LeaseLost(Conflict):
+    """This turn's lease on its conversation lapsed or was taken over: it stops before any further effect."""
+
+    kind = "lease_lost"
+
+
 class LeaseHeld(Conflict):
     """Another turn (or an erasure) holds the conversation's lease: the caller may resend once it ends."""
 

@@ -20,7 +20,14 @@ from support_agent.agent.untrusted import fence
 from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.config import Settings
-from support_agent.errors import ModelError, ModelUnavailable, NotFound, ServiceError, TokenBudgetExhausted
+from support_agent.errors import (
+    LeaseLost,
+    ModelError,
+    ModelUnavailable,
+    NotFound,
+    ServiceError,
+    TokenBudgetExhausted,
+)
 from support_agent.ids import new_conversation_id
 from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
@@ -155,6 +162,7 @@ class Agent:
             turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease, stored)
             turn.handover = handover
             turn.turn_id = turn_id
+            turn.lease_lost = lambda: self.clock() >= lease_until
             return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, request_id)  # a no-op once the lease was passed on
@@ -170,6 +178,7 @@ class Agent:
         carried: dict[str, Any] | None,
         deadline: Deadline,
         turn_id: str | None = None,
+        lease_lost: Callable[[], bool] | None = None,
     ) -> TurnResult:
         """The worker's part of a handed-over turn, under the lease ``owner`` took over: the same loop, from the
         stored history. ``message`` goes at ``message_seq`` unless it is stored already (the synchronous part,
@@ -184,6 +193,8 @@ class Agent:
         try:
             turn = _Turn(self, principal, customer_id, header, owner, deadline, None, carried=carried)
             turn.turn_id = turn_id
+            if lease_lost is not None:
+                turn.lease_lost = lease_lost
             return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, owner)
@@ -229,6 +240,9 @@ class _Turn:
         self.tool_calls = 0
         self.answered_by = ""  # the model that answered, for the cost estimate
         self.metrics = obs.TurnMetrics()  # sent once, when the turn ends (ok or not)
+        # Whether the lease may no longer be ours: the worker's keeper says so; the synchronous path's lease
+        # (never renewed: the turn hands over long before it ends) has expired.
+        self.lease_lost: Callable[[], bool] = lambda: False
 
     # persistence -------------------------------------------------------------------------
 
@@ -274,6 +288,8 @@ class _Turn:
             self.request_id,
             self.agent.now(),
             self.deadline,
+            # Every money write carries it: this turn's lease, still ours and unexpired (the owner is request_id).
+            fence=self.agent.conversations.lease_check(self.conversation_id, self.request_id, int(self.agent.clock())),
         )
 
     def _audit(self, use: Block, outcome: ToolOutcome, seq: int, now: str) -> AuditRecord:
@@ -520,6 +536,10 @@ class _Turn:
                 self._dispatched(use, iteration, skipped, 0)
                 pairs.append((use, skipped))
                 continue
+            if self.lease_lost():
+                # The next turn (or the sweep's worker) may hold the lease and answer this call "not executed":
+                # run nothing more. What ran before is recorded by its own effects; the repair finds it.
+                raise LeaseLost("the conversation's lease was lost; this turn stops before running a tool")
             self.tool_calls += 1
             pairs.append((use, self._execute(use, assistant.seq, iteration)))
             self.agent.checkpoint(f"after_tool:{index}")

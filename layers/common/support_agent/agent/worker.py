@@ -53,7 +53,7 @@ class LeaseKeeper:
         while not self._stop.wait(self._seconds / 3):
             try:
                 if not self._store.renew_lease(self._cid, self._owner, int(time.time()) + self._seconds):
-                    self.lost = True  # fenced: the loop's next write fails on its lease condition
+                    self.lost = True  # the loop runs no more tools; its writes fail on their lease condition
                     return
             except Exception:  # a throttle or timeout: the next renewal tries again, well before expiry
                 obs.logger.warning("lease_renewal_failed", extra={"event": "lease_renewal_failed"})
@@ -89,7 +89,7 @@ class TurnWorker:
         if lambda_deadline is not None and lambda_deadline.remaining() < deadline.remaining():
             deadline = lambda_deadline
         principal = Principal(turn.actor, "customer", turn.customer_id)
-        with LeaseKeeper(self.conversations, cid, mine, lease):
+        with LeaseKeeper(self.conversations, cid, mine, lease) as keeper:
             try:
                 result = self.agent.resume_turn(
                     principal,
@@ -101,6 +101,7 @@ class TurnWorker:
                     turn.carried,
                     deadline,
                     turn_id=turn.turn_id,
+                    lease_lost=lambda: keeper.lost,
                 )
             except ServiceError as exc:
                 status, _ = status_and_code(exc)

@@ -148,6 +148,19 @@ class ConversationStore:
         update += " REMOVE title" if drop_title else ""
         return {"Update": {**self._held(conversation_id, owner, update, values), "ConditionExpression": condition}}
 
+    def lease_check(self, conversation_id: str, owner: str, now_epoch: int) -> dict[str, Any]:
+        """A TransactWriteItems ConditionCheck that ``owner`` still holds the lease, unexpired at ``now_epoch``: the
+        fence every money write of a turn carries, so a turn whose lease lapsed or was taken over (its tool calls
+        repaired as "not executed" by the next turn) cannot still move money."""
+        return {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": self._key(conversation_id),
+                "ConditionExpression": f"{LEASE_HELD} AND lease_expires_at > :now",
+                "ExpressionAttributeValues": to_values({":owner": owner, ":now": now_epoch}),
+            }
+        }
+
     def pass_lease(self, conversation_id: str, owner: str, to: str, lease_until: int) -> None:
         """Hand ``owner``'s lease to ``to`` (a turn handed to the worker); Conflict if it is no longer ours."""
         try:

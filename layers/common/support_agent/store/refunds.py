@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from support_agent.errors import LeaseLost
 from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_after
@@ -67,6 +68,9 @@ class RefundRequest:
     request_id: str
     now: str
     payment_intent: str = ""
+    # A chat turn's lease check (`ToolContext.fence`): the last item of the money write's transaction, so a turn
+    # that lost its conversation's lease cannot reserve or refund (`LeaseLost`).
+    fence: dict[str, Any] | None = None
 
 
 class RefundWriter:
@@ -142,9 +146,18 @@ class RefundWriter:
             }
         }
 
-    def _transact(self, items: list[dict[str, Any]]) -> None:
-        """Any cancellation is a race; the request row's own condition (the first item) says it exists."""
-        with cancellation_as(lambda codes: RefundRace(request_exists=codes[:1] == [CONDITION_FAILED])):
+    def _transact(self, items: list[dict[str, Any]], fence: dict[str, Any] | None) -> None:
+        """Any cancellation is a race; the request row's own condition (the first item) says it exists. With a
+        ``fence`` (the turn's lease check, appended last) failing, the turn lost its lease: `LeaseLost`."""
+        if fence is not None:
+            items = [*items, fence]
+
+        def cancelled(codes: list[str]) -> Exception:
+            if fence is not None and codes[-1:] == [CONDITION_FAILED]:
+                return LeaseLost("the conversation's lease was lost before the refund was written; nothing was")
+            return RefundRace(request_exists=codes[:1] == [CONDITION_FAILED])
+
+        with cancellation_as(cancelled):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
 
     def direct(self, r: RefundRequest, threshold_cents: int, row: LedgerRow) -> LedgerRow:
@@ -173,7 +186,8 @@ class RefundWriter:
                     need,
                 ),
                 audit.put(self._audit),
-            ]
+            ],
+            r.fence,
         )
         return replace(row, extra={**row.extra, **head})
 
@@ -250,11 +264,11 @@ class RefundWriter:
             audit.put(self._audit),
         ]
         if not held:
-            self._transact(items)
+            self._transact(items, r.fence)
             return
         items.append(self._dedupe_put(r, approval_id, result, replaces))
         try:
-            self._transact(items)
+            self._transact(items, r.fence)
         except RefundRace as race:
             if race.request_exists:
                 raise

@@ -128,6 +128,7 @@ def refund_tools(
             request_id=ctx.request_id,
             now=ctx.now,
             payment_intent=intent,
+            fence=ctx.fence,
         )
         committed = order.refunded_cents + order.reserved_cents
         money = {"order_id": args.order_id, "amount_cents": args.amount_cents, "currency": order.currency}

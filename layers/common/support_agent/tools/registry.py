@@ -39,6 +39,9 @@ class ToolContext:
     # answered by its approval.
     origin: str = "chat"
     held: bool = False
+    # A chat turn's: a TransactWriteItems ConditionCheck that the turn still holds its conversation's lease
+    # (`ConversationStore.lease_check`), added to every money write; None outside a turn (MCP: its keys fence it).
+    fence: dict[str, Any] | None = None
 
     @property
     def owner_conversation_id(self) -> str:

@@ -1,0 +1,138 @@
+"""A turn that lost its conversation's lease runs no tool, and its money write is fenced (second review, finding 2).
+
+Turn A stores its ``tool_use`` (write-ahead), then its lease lapses and turn B takes the lease and answers A's
+call "not executed" (the repair). Before the fix A's refund still landed: a refund the history says never ran,
+and the model, told so, could ask again. Now every money transaction of a turn carries a ConditionCheck that the
+conversation's lease is still this turn's (`ConversationStore.lease_check`, `ToolContext.fence`), and a turn whose
+lease may be gone (the worker's keeper said so, or the synchronous path's lease expired) runs no further tool.
+Both paths: the synchronous one (`Agent.run_turn`) and the worker's (`TurnWorker`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from support_agent.agent import worker as worker_module
+from support_agent.errors import LeaseLost
+from support_agent.store.refunds import RefundWriter
+from tests.reliability.checks import World, check_conversation, check_money
+from tests.reliability.test_crash_everywhere import RefundModel
+from tests.reliability.test_worker_crashes import CID, hand_over, rig
+from tests.support.harness import Harness
+
+ORDER, AMOUNT = 1043, 2500
+
+
+def _answered_not_executed(world: World, cid: str) -> list[dict[str, Any]]:
+    """Every tool_result of the conversation, as stored."""
+    results = []
+    for m in world.conversation(cid)[1]:
+        for block in m["content"] if isinstance(m["content"], list) else []:
+            if block.get("type") == "tool_result":
+                results.append(block)
+    return results
+
+
+def _refund_rows(world: World) -> list[dict[str, Any]]:
+    return [r for r in world.customer_rows(7, "REFUND#") if int(r["order_id"]) == ORDER]
+
+
+def _after(h: Harness, world: World, cid: str) -> None:
+    """The history is valid, one audit row per tool_use, the money invariant; and no refund of the call B
+    answered "not executed"."""
+    check_conversation(world, cid, h.agent.tools.specs)
+    check_money(world, 7)
+    results = _answered_not_executed(world, cid)
+    assert results and all(r["is_error"] for r in results), results
+    assert _refund_rows(world) == [] and h.order(ORDER).refunded_cents == 0 and h.order(ORDER).reserved_cents == 0
+
+
+def test_a_turn_whose_lease_was_taken_over_cannot_write_its_refund(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the check before each tool cannot close: B takes the lease between A's check and A's money write.
+    The write's ConditionCheck on the lease fails: nothing reserved, nothing refunded, A's turn ends 409."""
+    h = harness
+    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
+    cid = h.turn("hello").conversation_id
+    world = World.of_settings(h.ddb, h.settings)
+    real = RefundWriter.direct
+    taken: list[str] = []
+
+    def b_takes_over_first(self: RefundWriter, *args: Any, **kwargs: Any) -> Any:
+        if not taken:
+            taken.append("B")
+            h.clock.advance(h.settings.lease_seconds + 1)  # A's lease lapsed: B's turn takes it
+            h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)  # B answers in words: it asks for nothing
+            h.turn("hello?", cid)
+            h.clock.advance(-(h.settings.lease_seconds + 1))  # back in A's time: its own check still passes
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RefundWriter, "direct", b_takes_over_first)
+    with pytest.raises(LeaseLost):
+        h.turn("please refund order 1043", cid)
+    assert taken == ["B"]
+    _after(h, world, cid)
+
+
+def test_a_turn_whose_lease_lapsed_runs_no_tool(harness: Harness) -> None:
+    """The synchronous path: A's lease expired while the model answered (a slow provider, a pause): A stores the
+    assistant message and stops before the tool. The next turn repairs the call as not executed, once."""
+    h = harness
+    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
+    cid = h.turn("hello").conversation_id
+    world = World.of_settings(h.ddb, h.settings)
+    checkpoint = h.agent.checkpoint
+
+    def lapse(step: str) -> None:
+        if step == "after_write_ahead":
+            h.clock.advance(h.settings.lease_seconds + 1)
+        checkpoint(step)
+
+    h.agent.checkpoint = lapse
+    with pytest.raises(LeaseLost):
+        h.turn("please refund order 1043", cid)
+    h.agent.checkpoint = checkpoint
+    assert _refund_rows(world) == []
+    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
+    h.turn("hello?", cid)  # B: repairs A's call as not executed, then answers
+    _after(h, world, cid)
+
+
+def test_the_worker_stops_before_its_tool_once_its_keeper_reports_the_lease_lost(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's path: its keeper found the lease someone else's (`LeaseKeeper.lost`) while the model answered.
+    The turn runs no tool and ends failed (409); the lease's new holder repairs the call, no refund was made."""
+    h = harness
+    model, queue_url, turns, _sweeper, worker = rig(h)
+    world = World.of_settings(h.ddb, h.settings)
+    keepers: list[Any] = []
+
+    class Keeper(worker_module.LeaseKeeper):
+        def __enter__(self) -> Any:
+            keepers.append(self)
+            return self  # no renewal thread: the test says when the lease is lost
+
+        def __exit__(self, *_: Any) -> None:
+            pass
+
+    monkeypatch.setattr(worker_module, "LeaseKeeper", Keeper)
+    checkpoint = h.agent.checkpoint
+
+    def lost(step: str) -> None:
+        if step == "after_write_ahead":
+            keepers[-1].lost = True
+        checkpoint(step)
+
+    h.agent.checkpoint = lost
+    _turn_id, message = hand_over(h, turns, queue_url)
+    assert worker.run(message) == "failed"
+    h.agent.checkpoint = checkpoint
+    assert _refund_rows(world) == []
+    h.clock.advance(h.settings.lease_seconds + 1)
+    model.greet = True
+    h.turn("hello?", CID)
+    _after(h, world, CID)
