@@ -45,7 +45,9 @@ def lines(answer: dict[str, Any]) -> list[str]:
         if s["firstBreak"]:
             state += f"  {s['firstBreak']['kind']} at {s['firstBreak']['eventId']}"
         sealed = f"  sealed through n={s['sealedThrough']} at {s['sealedAt']}" if s.get("sealedAt") else "  not sealed"
-        out.append(f"{s['stream']}: {s['rows']} row(s)  {state}{where}{before}{sealed}")
+        # No redaction record authorises a row's redacted_at yet: each such row is also a break.
+        claims = f"  redacted_at on {', '.join(s['redacted'])}" if s.get("redacted") else ""
+        out.append(f"{s['stream']}: {s['rows']} row(s)  {state}{where}{before}{sealed}{claims}")
     out.append(f"overall: {answer['status']}")
     return out
 

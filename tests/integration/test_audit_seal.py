@@ -72,18 +72,19 @@ def test_each_streams_newest_head_is_sealed_and_verify_checks_against_it(api: Ap
     assert verified["sealedAt"] and verified["sealedAt"] == Seal.parse(body).sealed_at
     assert all(s["sealedAt"] for s in verified["streams"])
 
-    # A replay of the batch (Lambda retries) puts the same keys with the same bodies: the seal never moves.
+    # A replay of the batch (Lambda retries) seals the same heads at the same keys: the seal never moves.
     api.use_function("AuditSealFunction")
     assert api.handlers["AuditSealFunction"](sealed["event"], None) == {"batchItemFailures": []}
-    again = versions(api, cid)
-    assert {v["Key"] for v in again} == {key(cid, head.n)}
+    # With If-None-Match: * the replay's puts are refused (412) and taken as done: no second version.
+    assert [v["Key"] for v in versions(api, cid)] == [key(cid, head.n)]
 
 
-def test_a_chain_rewritten_with_its_owners_head_is_caught_by_the_seal(api: Api) -> None:
+def rewritten_with_its_head(api: Api) -> tuple[str, list[dict[str, Any]]]:
+    """A sealed turn, then a forger with write access to both tables: a row changed, the chain recomputed from
+    it, the owner's head moved. (conversation, the rows as rewritten)"""
     cid, _ = sealed_turn(api)
     ddb, table = boto3.client("dynamodb"), api.stack.physical_ids["AuditTable"]
     rows = AuditStore(ddb, table).list_stream(cid)
-    # A forger with write access to both tables: a row changed, the chain recomputed from it, the head moved.
     rows[0]["outcome"] = "error"
     rehash(rows, 0)
     for row in rows:
@@ -94,9 +95,33 @@ def test_a_chain_rewritten_with_its_owners_head_is_caught_by_the_seal(api: Api) 
         UpdateExpression="SET audit_hash = :h",
         ExpressionAttributeValues=to_item({":h": rows[-1]["hash"]}),
     )
+    return cid, rows
+
+
+def test_a_chain_rewritten_with_its_owners_head_is_caught_by_the_seal(api: Api) -> None:
+    cid, rows = rewritten_with_its_head(api)
+    ddb, table = boto3.client("dynamodb"), api.stack.physical_ids["AuditTable"]
     e = api.stack.function_env("ApprovalsFunction")
     unsealed = AuditStore(ddb, table, e["CONVERSATIONS_TABLE"], e["APPROVALS_TABLE"], e["CUSTOMER_DATA_TABLE"])
     assert unsealed.verify_stream(cid)["status"] == "ok"  # the chain and the head alone cannot tell
+
+    _, verified, _ = api.call("GET", f"/api/audit/verify?conversationId={cid}", token=api.lead())
+    assert verified["status"] == "broken"
+    assert verified["firstBreak"] == {"eventId": rows[-1]["event_id"], "kind": "changed", "stream": cid}
+
+
+def test_a_put_over_the_sealed_key_does_not_move_the_seal(api: Api) -> None:
+    """Issue 30 finding 6: Object Lock keeps versions, not keys, and the reader took the newest version: one
+    PutObject of the forged head at the sealed key turned the rewritten chain's ``broken`` into ``ok``. The bucket
+    policy refuses that put (tests/unit/test_template.py; moto ignores policies), and the reader takes the key's
+    oldest version, so the seal stays where it was even when such a put gets through."""
+    cid, rows = rewritten_with_its_head(api)
+    (version,) = versions(api, cid)
+    forged = Seal(cid, Head(int(rows[-1]["n"]), rows[-1]["hash"], rows[-1]["event_id"]), "2026-12-03T11:00:00Z")
+    boto3.client("s3").put_object(
+        Bucket=bucket(api), Key=version["Key"], Body=forged.body(), ChecksumAlgorithm="SHA256"
+    )
+    assert len(versions(api, cid)) == 2  # moto took it: what a role without the bucket policy could do
 
     _, verified, _ = api.call("GET", f"/api/audit/verify?conversationId={cid}", token=api.lead())
     assert verified["status"] == "broken"

@@ -9,6 +9,7 @@ from typing import Any
 import boto3
 
 from support_agent.ids import new_approval_id, new_conversation_id
+from support_agent.refunds import keys as refund_keys
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item
 from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger
@@ -121,6 +122,28 @@ def test_a_plain_put_item_over_an_audit_row_breaks_its_chain(api: Api) -> None:
     assert (handoff["status"], handoff["firstBreak"]["kind"]) == ("broken", "missing")
 
 
+def test_a_changed_row_claiming_a_redaction_is_broken_and_listed(api: Api) -> None:
+    """Issue 30 finding 5: one plain PutItem with a changed outcome and ``redacted_at`` read ``ok`` (verify skipped
+    the payload of a row carrying it, though no writer redacts). Now the row is ``changed`` and listed."""
+    api.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("It shipped.")]
+    status, body, _ = api.call("POST", "/api/chat", {"message": "where is 1042"})
+    assert status == 200, body
+    cid = body["conversationId"]
+    ddb, table = boto3.client("dynamodb"), env(api)["AUDIT_TABLE"]
+    (victim,) = [r for r in AuditStore(ddb, table).list_stream(cid) if r["action"] == "tool_call"]
+    _, untouched, _ = api.call("GET", f"/api/audit/verify?conversationId={cid}", token=api.lead())
+    assert untouched["status"] == "ok"
+
+    ddb.put_item(TableName=table, Item=to_item({**victim, "outcome": "error", "redacted_at": "x"}))
+
+    status, verified, _ = api.call("GET", f"/api/audit/verify?conversationId={cid}", token=api.lead())
+    assert status == 200, verified
+    assert verified["status"] == "broken"
+    assert verified["firstBreak"] == {"eventId": victim["event_id"], "kind": "changed", "stream": cid}
+    assert (untouched["redacted"], verified["redacted"]) == ([], [victim["event_id"]])
+    assert verified["streams"][0]["redacted"] == [victim["event_id"]]
+
+
 def test_verify_needs_a_lead_and_exactly_one_known_id(api: Api) -> None:
     assert api.call("GET", "/api/audit/verify", token=api.lead())[0] == 400
     both = f"/api/audit/verify?conversationId={new_conversation_id()}&approvalId={new_approval_id()}"
@@ -166,11 +189,12 @@ def test_racing_writers_on_one_stream_never_fork_it(api: Api) -> None:
 
     # One refund key, four audited provider calls at once (each "still pending": nothing new but the row).
     ledger = RefundLedger(ddb, e["CUSTOMER_DATA_TABLE"], e["APPROVALS_TABLE"], e["AUDIT_TABLE"])
+    race = new_conversation_id()
     row = LedgerRow(
         customer_id=7,
-        sk="REFUND#race",
+        sk=refund_keys.request_sk(race, 1, "toolu_race"),
         kind="direct",
-        refund_key="race",
+        refund_key=refund_keys.direct_refund_key(race, 1, "toolu_race"),
         order_id=1043,
         amount_cents=500,
         currency="USD",
@@ -178,7 +202,7 @@ def test_racing_writers_on_one_stream_never_fork_it(api: Api) -> None:
         status="SETTLING",
         attempt=1,
         provider="stripe",
-        conversation_id="conv_x",
+        conversation_id=race,
     )
     row = LedgerRow(**{**row.__dict__, "refund_id": "re_race"})
     put = RefundLedger.new_row_item(e["CUSTOMER_DATA_TABLE"], row, "2026-12-03T00:00:00Z")["Put"]
@@ -198,8 +222,8 @@ def test_racing_writers_on_one_stream_never_fork_it(api: Api) -> None:
         for t in threads:
             t.join(30)
     assert errors == []
-    rows = audit.list_stream("refund#race")
+    rows = audit.list_stream(row.audit_stream)
     assert sorted(r["n"] for r in rows) == [1, 2, 3, 4]
-    item = ddb.get_item(TableName=e["CUSTOMER_DATA_TABLE"], Key=to_item({"customer_id": 7, "sk": "REFUND#race"}))
+    item = ddb.get_item(TableName=e["CUSTOMER_DATA_TABLE"], Key=to_item({"customer_id": 7, "sk": row.sk}))
     assert from_item(item["Item"])["audit_n"] == 4
-    assert audit.verify_stream("refund#race")["status"] == "ok"
+    assert audit.verify_stream(row.audit_stream)["status"] == "ok"

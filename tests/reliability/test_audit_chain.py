@@ -118,15 +118,21 @@ def row_tamperings(
         what = "change"
     if what == "change":
         i = draw(st.integers(0, last))
-        field = draw(st.sampled_from(["outcome", "actor", "output", "customer_id", "n", "prev_hash", "refund_key"]))
+        field = draw(
+            st.sampled_from(
+                ["outcome", "actor", "output", "customer_id", "n", "prev_hash", "refund_key", "redacted_at"]
+            )
+        )
         if field == "n":
             rows[i]["n"] += draw(st.sampled_from([-1, 1, 7]))
         elif field == "customer_id":
             rows[i]["customer_id"] = int(rows[i].get("customer_id") or 0) + 1
         elif field == "prev_hash":
             rows[i]["prev_hash"] = "0" * 64
-        else:
+        elif field != "redacted_at":
             rows[i][field] = str(rows[i].get(field)) + draw(st.sampled_from(["x", " ", "0"]))
+        if field == "redacted_at" or draw(st.booleans()):  # a redaction no record authorises (finding 5)
+            rows[i]["redacted_at"] = draw(texts)
         return rows, "changed", rows[i]["event_id"]
     if what == "delete":
         del rows[draw(st.integers(0, last))]
@@ -195,15 +201,22 @@ def test_rows_before_the_chain_are_reported_not_verified() -> None:
     assert (answer["status"], answer["chainStartsAt"], answer["unchained"], answer["rows"]) == ("ok", 1, 3, 5)
 
 
-def test_a_redacted_payload_keeps_the_chain() -> None:
-    """An operator's redaction (docs/RETENTION.md): payload replaced, payload_hash kept, redacted_at set."""
+def test_a_row_claiming_a_redaction_is_changed_and_listed() -> None:
+    """Issue 30 finding 5: ``redacted_at`` once made verify skip the row's payload, and no writer sets it, so one
+    PutItem with a changed outcome and ``redacted_at`` read ``ok``. No redaction record exists yet to authorise
+    one: a row carrying ``redacted_at`` is ``changed``, whatever its payload, and ``redacted`` names it."""
     chained, head = chain(Head(), [AuditRecord("conv_01JX", "tool_call", "c", "ok", 7, "t", input={"card": "4242"})])
     row = from_item(chained[0].put("Audit")["Put"]["Item"])
-    assert verify([{**row, "input": "[redacted]"}], head)["firstBreak"] == {
-        "eventId": row["event_id"],
-        "kind": "changed",
-    }
-    assert verify([{**row, "input": "[redacted]", "redacted_at": "t2"}], head)["status"] == "ok"
+    changed = {"eventId": row["event_id"], "kind": "changed"}
+    for claimed in (
+        {**row, "outcome": "error", "redacted_at": "x"},  # the reproduction: a changed payload hidden
+        {**row, "input": "[redacted]", "redacted_at": "t2"},  # an operator's redaction, unauthorised
+        {**row, "redacted_at": ""},  # the payload intact: still a write no writer makes
+    ):
+        answer = verify([claimed], head)
+        assert (answer["status"], answer["firstBreak"]) == ("broken", changed)
+        assert answer["redacted"] == [row["event_id"]]
+    assert verify([row], head)["redacted"] == []
 
 
 def test_the_encoding_is_pinned() -> None:

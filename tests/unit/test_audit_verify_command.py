@@ -22,6 +22,7 @@ def test_one_line_per_stream_then_the_overall_status() -> None:
                 "unchained": 2,
                 "sealedAt": "2026-12-03T10:00:00Z",
                 "sealedThrough": 1,
+                "redacted": [],
             },
             {
                 "stream": "refund#apr_1",
@@ -32,12 +33,13 @@ def test_one_line_per_stream_then_the_overall_status() -> None:
                 "unchained": 0,
                 "sealedAt": None,
                 "sealedThrough": None,
+                "redacted": ["01J9"],
             },
         ],
     }
     assert audit_verify.lines(answer) == [
         "conv_1: 3 row(s)  ok  from n=1  (2 row(s) before the chain)  sealed through n=1 at 2026-12-03T10:00:00Z",
-        "refund#apr_1: 2 row(s)  broken  changed at 01J9  from n=1  not sealed",
+        "refund#apr_1: 2 row(s)  broken  changed at 01J9  from n=1  not sealed  redacted_at on 01J9",
         "overall: broken",
     ]
 

@@ -1,8 +1,12 @@
 """Sealed heads (store/audit_seal.py) against moto's S3: keys sort newest first, a batch seals each stream's
-newest head once, a failed put reports the stream's first record, and the reader takes the newest version."""
+newest head once, a failed put reports the stream's first record, the reader takes the newest key's oldest
+version, and the writer never puts over a sealed key (moto enforces ``If-None-Match: *``)."""
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,9 +14,18 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from support_agent import observability as obs
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain
-from support_agent.store.audit_seal import Seal, SealReader, SealWriter, key, newest_heads, seal_records
+from support_agent.store.audit_seal import (
+    Seal,
+    SealConflict,
+    SealReader,
+    SealWriter,
+    key,
+    newest_heads,
+    seal_records,
+)
 
 BUCKET = "sealed-heads"
 
@@ -108,3 +121,55 @@ def test_the_reader_takes_the_newest_head_and_only_its_own_stream(s3: Any) -> No
     assert reader.latest("conv_b") is None
     s3.delete_object(Bucket=BUCKET, Key=key("conv_a", 9))  # a delete marker hides the key, not the version
     assert reader.latest("conv_a") == Seal("conv_a", Head(9, "h9", "e9"), "2026-12-03T10:00:00Z")
+
+
+def test_the_reader_takes_the_keys_oldest_version(s3: Any) -> None:
+    """Issue 30 finding 6: Object Lock keeps a version, not a key: one PutObject at the sealed key (no
+    ``If-None-Match``, the bucket policy's business) made a newer version, and the reader took it. The sealed
+    head is the key's first version, however many come after it (here past the listing's first page)."""
+    writer(s3).put("conv_a", Head(9, "h9", "e9"))
+    forged = Seal("conv_a", Head(9, "forged", "e9"), "2026-12-03T11:00:00Z").body()
+    for _ in range(101):
+        s3.put_object(Bucket=BUCKET, Key=key("conv_a", 9), Body=forged, ChecksumAlgorithm="SHA256")
+    assert SealReader(s3, BUCKET).latest("conv_a") == Seal("conv_a", Head(9, "h9", "e9"), "2026-12-03T10:00:00Z")
+
+
+def test_the_writer_never_puts_over_a_sealed_key(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30 finding 6: the writer sends ``If-None-Match: *``. A replay (the same head, sealed again later) is
+    answered 412 and is success, the first seal kept; another head at a sealed key is a conflict: not put, not
+    replayed (it never would be put), logged and counted as a seal failure (AuditSealFailedAlarm)."""
+    emitted: list[str] = []
+    monkeypatch.setattr(obs, "emit", lambda name, value=1: emitted.append(name))
+    records = inserts("conv_a", 2)
+    assert seal_records(records, writer(s3)) == []
+    later = SealWriter(s3, BUCKET, lambda: "2026-12-03T12:00:00Z")
+    assert seal_records(records, later) == []  # a replay of the batch, sealed again later
+    newest = records[-1]["dynamodb"]["NewImage"]
+    assert later.put("conv_a", Head(2, newest["hash"]["S"], newest["event_id"]["S"])).sealed_at == (
+        "2026-12-03T10:00:00Z"  # the stored seal, not a new one
+    )
+    assert emitted == []
+
+    rewritten = inserts("conv_a", 2)
+    rewritten[-1]["dynamodb"]["NewImage"]["hash"] = {"S": "f" * 64}  # another head for n = 2
+    with pytest.raises(SealConflict):
+        later.put("conv_a", Head(2, "f" * 64, newest["event_id"]["S"]))
+    logged = io.StringIO()
+    handler = obs.logger.registered_handler
+    assert isinstance(handler, logging.StreamHandler)
+    previous = handler.setStream(logged)
+    try:
+        assert seal_records(rewritten, later) == []
+    finally:
+        handler.setStream(previous)
+    assert emitted == [obs.AUDIT_SEAL_FAILURES]
+    (line,) = [json.loads(x) for x in logged.getvalue().splitlines() if "audit_seal_conflict" in x]
+    assert (line["level"], line["stream"], line["n"], line["sealed_hash"]) == (
+        "ERROR",
+        "conv_a",
+        2,
+        newest["hash"]["S"],
+    )
+    assert len(s3.list_object_versions(Bucket=BUCKET, Prefix="heads/conv_a/")["Versions"]) == 1  # nothing put over it
+    sealed = SealReader(s3, BUCKET).latest("conv_a")
+    assert sealed is not None and sealed.head.hash == newest["hash"]["S"]

@@ -185,7 +185,7 @@ class AuditStore:
         return None if item is None else Head.of(item)
 
     def verify_stream(self, stream: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """``{"stream", "rows", "status", "firstBreak", "chainStartsAt", "unchained", "sealedAt",
+        """``{"stream", "rows", "status", "firstBreak", "chainStartsAt", "unchained", "redacted", "sealedAt",
         "sealedThrough"}``: the chain against its owner's head and its latest sealed head."""
         rows = self.list_stream(stream) if rows is None else rows
         head = self.head(stream, rows)
@@ -200,11 +200,18 @@ class AuditStore:
 
     def verify_trail(self, stream: str) -> dict[str, Any]:
         """``stream`` verified with every stream it names: its own answer, ``status`` broken when any stream
-        is, and ``streams`` (each stream's own answer, it first)."""
+        is, ``redacted`` every stream's, and ``streams`` (each stream's own answer, it first)."""
         answers = [self.verify_stream(name, rows) for name, rows in self.streams_of(stream).items()]
         broken = [a for a in answers if a["status"] != "ok"]
         first = {**broken[0]["firstBreak"], "stream": broken[0]["stream"]} if broken else None
-        return {**answers[0], "status": "broken" if broken else "ok", "firstBreak": first, "streams": answers}
+        redacted = [event_id for a in answers for event_id in a["redacted"]]
+        return {
+            **answers[0],
+            "status": "broken" if broken else "ok",
+            "firstBreak": first,
+            "redacted": redacted,
+            "streams": answers,
+        }
 
     def _get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
         out = self._db.get_item(TableName=table, Key=to_item(key), ConsistentRead=True)

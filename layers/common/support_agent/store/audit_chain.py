@@ -20,10 +20,12 @@ Encoding, version 1 (``v: 1`` on every row):
   the previous row's ``hash`` and ``""`` for ``n = 1``.
 
 The key is left out so that a row's position is its ``n`` alone: rows moved under other keys read as
-``reordered``. Chaining the payload's hash (not the payload) lets an operator redact a payload: the
-redacted row keeps its ``payload_hash`` and carries ``redacted_at``, and verification then checks its
-links but not its payload. Rows written before the chain (no ``n``) precede the first hashed row; the
-chain starts there and verification says so (``chainStartsAt``, ``unchained``).
+``reordered``. Chaining the payload's hash (not the payload) leaves room for redacting a payload (the row
+keeping its ``payload_hash``, marked ``redacted_at``), but a redaction is valid only when a redaction record
+on the same stream authorises it, and nothing writes one yet: a row carrying ``redacted_at`` is ``changed``,
+whatever its payload (it skipped the payload check once, and one PutItem hid a changed outcome behind it),
+and verification lists such rows (``redacted``). Rows written before the chain (no ``n``) precede the first
+hashed row; the chain starts there and verification says so (``chainStartsAt``, ``unchained``).
 """
 
 from __future__ import annotations
@@ -133,9 +135,9 @@ def _next_id(event_id: str) -> str:
 
 
 def _intact(row: Mapping[str, Any]) -> bool:
-    """The row hashes as it says: its payload (unless redacted) and its link."""
+    """The row hashes as it says (its payload and its link) and claims no redaction: no record authorises one."""
     digest = str(row.get("payload_hash", ""))
-    if not row.get("redacted_at") and payload_hash(row) != digest:
+    if "redacted_at" in row or payload_hash(row) != digest:
         return False
     return row.get("n") is not None and link_hash(int(row["n"]), digest, str(row.get("prev_hash", ""))) == row.get(
         "hash"
@@ -150,8 +152,9 @@ def verify(rows: Sequence[Mapping[str, Any]], head: Head, sealed: Head | None = 
     """Recompute a stream (all its rows, any order) against its owner's head and its latest sealed head.
 
     ``{"rows", "status": "ok" | "broken", "firstBreak": {"eventId", "kind"} | None, "chainStartsAt",
-    "unchained"}``. Rows are read in key (``event_id``) order; the first break found is reported:
-    a payload or link that does not hash to what the row says → ``changed``; a gap in ``n``, or a head
+    "unchained", "redacted"}``. Rows are read in key (``event_id``) order; the first break found is reported:
+    a payload or link that does not hash to what the row says, or a row carrying ``redacted_at`` (listed in
+    ``redacted``, whatever the first break) → ``changed``; a gap in ``n``, or a head
     beyond the last row (the tail cut off) → ``missing``; a duplicate ``n``, a row without ``n`` after
     the chain started, or a row beyond the head → ``inserted``; ``n`` out of key order → ``reordered``;
     the last row's hash not the head's (the chain rewritten from some row on) → ``changed``.
@@ -169,6 +172,7 @@ def verify(rows: Sequence[Mapping[str, Any]], head: Head, sealed: Head | None = 
         "firstBreak": None,
         "chainStartsAt": None if first is None else int(ordered[first]["n"]),
         "unchained": len(ordered) if first is None else first,
+        "redacted": [str(r.get("event_id")) for r in ordered if "redacted_at" in r],
     }
 
     def broken(row: Mapping[str, Any] | None, kind: BreakKind) -> dict[str, Any]:
