@@ -56,6 +56,8 @@ def purpose(operation: str, params: dict[str, Any]) -> str:
         return "GetItem: conversation header (owner check)"
     if operation == "UpdateItem" and key.startswith("rate#"):
         return "UpdateItem: the reader's rate counter"
+    if operation == "UpdateItem" and key.startswith("poll#"):
+        return "UpdateItem: the waiting slot (taken, released)"
     return f"{operation}: other"
 
 

@@ -12,7 +12,9 @@ import boto3
 import pytest
 
 from support_agent.api.feed import Cursor
+from support_agent.api.views import QUIET_HIDES
 from support_agent.store.notifications import Notification, NotificationStore
+from support_agent.store.polls import WAITS_PER_CUSTOMER, PollSlots
 from tests.integration.conftest import Api
 from tests.integration.test_long_turns import take_messages, work
 from tests.support.openapi import assert_documented
@@ -147,16 +149,84 @@ def test_only_the_owner_reads_the_feed_and_cursors_stay_in_their_conversation(ap
     assert feed(api, mine, wait=21)[0] == 400
 
 
+def test_a_forged_cursor_with_a_huge_number_is_a_400_not_a_500(api: Api) -> None:
+    """A cursor is the client's to send back: one forged with a number past DynamoDB's 38 digits reached a Query
+    (decimal.Inexact escaped the handler, API Gateway's bare 500); every field is bounded when decoded."""
+    cid = a_turn_with_a_tool(api)["conversationId"]
+    for field in ("seq", "index", "ended", "note"):
+        forged = Cursor(cid, **{field: 10**40}).encode()
+        status, body = feed(api, cid, forged)
+        assert status == 400 and body["error"]["code"] == "bad_request", (field, status, body)
+        assert "not a cursor of this feed" in body["error"]["message"]
+
+
+def a_quiet_conversation(api: Api, customer_id: int) -> tuple[str, str, str]:
+    """A conversation of ``customer_id`` (its token, id and the cursor after its last event)."""
+    token = api.token(f"customer-{customer_id}", customer_id=customer_id)
+    api.model.script = [answer("Hello.")]
+    status, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "Hi"}, token=token)
+    assert status == 200, body
+    cid = body["conversationId"]
+    return token, cid, events(api, cid, token=token)[-1]["cursor"]
+
+
+def waiting(api: Api, customer_id: int) -> int:
+    """How many of the customer's polls hold a waiting slot now (store/polls.py)."""
+    slots = PollSlots(boto3.client("dynamodb"), api.stack.physical_ids["ConversationsTable"])
+    return slots.held(customer_id)
+
+
+def test_one_customer_cannot_hold_every_waiting_poll_and_another_is_still_served(api: Api) -> None:
+    """ReadsPerMinute (60) x waitSeconds (20) let one customer keep 20 polls waiting: EventsReservedConcurrency,
+    the whole feed. Now WAITS_PER_CUSTOMER of them wait at once; one more answers at once (what is there, from its
+    cursor) and another customer's poll still waits for its event."""
+    token, mine, end = a_quiet_conversation(api, 9)
+    other, theirs, their_end = a_quiet_conversation(api, 10)
+    api.use_function("EventsFunction")  # from here on only the feed runs: no environment switch under the threads
+    held: list[tuple[int, Any]] = []
+    pollers = [
+        threading.Thread(target=lambda: held.append(feed(api, mine, end, wait=8, token=token)))
+        for _ in range(WAITS_PER_CUSTOMER)
+    ]
+    for t in pollers:
+        t.start()
+    deadline = time.monotonic() + 5
+    while waiting(api, 9) < WAITS_PER_CUSTOMER and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    started = time.monotonic()
+    status, body = feed(api, mine, end, wait=8, token=token)  # one more, while those wait: at once, and right
+    assert time.monotonic() - started < 2, "a customer's extra poll waited"
+    assert (status, body["events"], body["nextCursor"]) == (200, [], end)
+    note = Notification(conversation_id=theirs, type="refund.settled", at="2999-01-01T00:00:00Z", data={})
+    writer = threading.Timer(1.0, lambda: notes(api).transact([], note))
+    writer.start()
+    started = time.monotonic()
+    status, body = feed(api, theirs, their_end, wait=8, token=other)  # another customer: still a long poll
+    writer.join()
+    assert status == 200 and [e["type"] for e in body["events"]] == ["refund.settled"], body
+    assert 0.9 <= time.monotonic() - started < 6
+
+    for t in pollers:
+        t.join()
+    assert held == [(200, {"events": [], "nextCursor": end})] * WAITS_PER_CUSTOMER
+    assert waiting(api, 9) == 0  # released as they answered: the customer waits again
+    started = time.monotonic()
+    assert feed(api, mine, end, wait=1, token=token)[0] == 200
+    assert time.monotonic() - started >= 1
+
+
 @pytest.mark.parametrize("transparency", ["quiet"])
-def test_quiet_leaves_out_tool_input_and_result(api: Api, transparency: str) -> None:
+def test_quiet_leaves_out_tool_name_input_and_result(api: Api, transparency: str) -> None:
+    """What quiet hides is one table (QUIET_HIDES), the conversation view's too (tests/integration/test_quiet.py)."""
     api.overrides["TRANSPARENCY"] = transparency
     api.current = ""
     cid = a_turn_with_a_tool(api)["conversationId"]
     got = events(api, cid)
     tool_events = [e for e in got if e["type"].startswith("tool.")]
-    assert len(tool_events) == 2
-    assert all("input" not in e and "result" not in e for e in tool_events)
-    assert tool_events[0]["name"] == "lookup_order"
+    assert len(tool_events) == 2 and tool_events[0]["toolUseId"] == tool_events[1]["toolUseId"]
+    assert not [(e["type"], f) for e in tool_events for f in QUIET_HIDES if f in e], tool_events
+    assert "lookup_order" not in str(got)
 
 
 def test_erasure_removes_what_the_notifications_say_and_the_feed_reads_tombstones(api: Api) -> None:

@@ -9,7 +9,8 @@ feed read from the start (page after page) must:
 * start each turn before its first stored step, and end each turn that ended (completed, failed, interrupted) once,
   in turn order, after its last step; a refused turn says nothing;
 * hold every notification once, in number order, merged by time with the turns' events;
-* resume from every event's cursor with exactly the events after it.
+* resume from every event's cursor with exactly the events after it;
+* read quiet, be the same events less what ``QUIET_HIDES`` names of each tool call.
 
 Concurrent writers: threads announcing decisions while a turn runs all land, numbered 1..n without a gap.
 """
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 from support_agent.agent.untrusted import unfence
 from support_agent.api.contract import error_body, status_and_code
 from support_agent.api.feed import Cursor, Feed
-from support_agent.api.views import turn_body
+from support_agent.api.views import QUIET_HIDES, turn_body
 from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.errors import ModelUnavailable, ServiceError
@@ -226,6 +227,10 @@ def check_feed(h: Harness, c: Conversation) -> dict[str, int]:
     # Resume from every cursor: exactly what follows.
     for i, e in enumerate(got):
         assert everything(feed, Cursor.decode(e["cursor"], c.cid)) == got[i + 1 :], i
+    # Quiet: the same events at the same cursors, less what QUIET_HIDES names of each tool call (api/views.py).
+    quiet = Feed(h.ddb, h.settings.conversations_table, verbose=False, clock=h.clock, sleep=lambda _s: None)
+    hidden = [{k: v for k, v in e.items() if k not in QUIET_HIDES or not e["type"].startswith("tool.")} for e in got]
+    assert everything(quiet, Cursor(c.cid)) == hidden
     return {"events": len(got), "turns_ended": len(ends), "notifications": len(decided)}
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -24,7 +25,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import (
     allow_header_conformance,
@@ -34,6 +35,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from devstack.tokens import DEFAULT_DEV_SECRET, mint_token
+from support_agent.api.feed import MAX_CURSOR_NUMBER
 from tests.reliability import load
 from tests.reliability.conftest import CI
 from tests.reliability.figures import count
@@ -257,6 +259,52 @@ def test_requests_no_schema_describes_get_contract_errors_never_5xx(local_stack:
 
         prop()
     _nothing_half_written(local_stack)
+
+
+# A feed cursor is opaque but the client's to send back: every field forged, within and past its bounds.
+CURSOR_NUMBER = (
+    st.integers(-2, 2**53 + 2)
+    | st.integers(-(2**140), 2**140)
+    | st.sampled_from([-2, -1, 0, 1, MAX_CURSOR_NUMBER, 2**53, 10**40])
+)
+
+
+def _cursor(fields: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(fields).encode()).decode().rstrip("=")
+
+
+def test_forged_event_cursors_are_refused_400_never_5xx(local_stack: Any) -> None:
+    """The event feed's cursor fields (seq, index, ended, note), forged: in bounds a page (200), out of bounds or
+    malformed a 400 `bad_request`. A number past DynamoDB's 38 digits was a 500 (decimal.Inexact)."""
+    customer = 690  # its own reads counter: schemathesis and the requests above spend customer 7's
+    auth = {"authorization": "Bearer " + mint_token(f"customer-{customer}", "customer", customer, secret=_secret())}
+    with httpx.Client(base_url=local_stack.url, timeout=30, headers=auth) as http:
+        started = http.post("/api/chat", json={"conversationId": None, "message": "Hello"})
+        assert started.status_code == 200, started.text
+        cid = started.json()["conversationId"]
+
+        @given(
+            numbers=st.lists(CURSOR_NUMBER, min_size=4, max_size=4),
+            shape=st.sampled_from(["cursor", "cursor", "cursor", "version", "conversation", "short", "text"]),
+        )
+        @example(numbers=[0, -1, 0, 10**40], shape="cursor")  # the review's: 500 (decimal.Inexact) before the fix
+        @settings(parent=CI, max_examples=min(CI.max_examples, 40))  # within READS_PER_MINUTE (60)
+        def prop(numbers: list[int], shape: str) -> None:
+            seq, index, ended, note = numbers
+            fields: list[Any] = {
+                "cursor": [1, cid, *numbers],
+                "version": [2, cid, *numbers],
+                "conversation": [1, "conv_01JF3Q0000000000000000000Z", *numbers],
+                "short": [1, cid, *numbers[:3]],
+                "text": [1, cid, str(seq), index, ended, note],
+            }[shape]
+            resp = http.get(f"/api/conversations/{cid}/events", params={"after": _cursor(fields), "waitSeconds": 0})
+            assert_contract(resp, f"events after {fields}")
+            bounded = min(seq, ended, note) >= 0 and index >= -1 and max(numbers) <= MAX_CURSOR_NUMBER
+            assert resp.status_code == (200 if shape == "cursor" and bounded else 400), (fields, resp.text)
+            count("6-http", cursor_requests=1, **{f"status_{resp.status_code}": 1})
+
+        prop()
 
 
 def _nothing_half_written(local_stack: Any, customers: list[int] | None = None) -> dict[str, int]:

@@ -24,6 +24,8 @@ def test_each_request_of_a_poll_is_named_by_what_it_reads_or_writes() -> None:
     )
     rate = {"Key": {"conversation_id": {"S": "rate#reads#7#29000000"}, "seq": {"N": "0"}}}
     assert purpose("UpdateItem", rate) == "UpdateItem: the reader's rate counter"
+    slot = {"Key": {"conversation_id": {"S": "poll#7"}, "seq": {"N": "1"}}}
+    assert purpose("UpdateItem", slot) == "UpdateItem: the waiting slot (taken, released)"
     assert purpose("GetItem", {"Key": {"conversation_id": {"S": "note#c_1"}}}) == "GetItem: other"
     assert purpose("PutItem", {"Item": {}}) == "PutItem: other"
 

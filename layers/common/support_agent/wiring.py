@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.erasure import ConversationEraser
     from support_agent.store.handoffs import HandoffStore
+    from support_agent.store.polls import PollSlots
     from support_agent.store.ratelimit import RateLimiter
     from support_agent.store.turns import TurnStore
     from support_agent.tools.registry import ToolRegistry, ToolSource
@@ -57,11 +58,12 @@ Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager", "
 
 @dataclass(frozen=True)
 class EventsServices:
-    """The events feed's function: reads only (and the reader's rate counter)."""
+    """The events feed's function: reads only (and the reader's rate counter and waiting slots)."""
 
     settings: Settings
     feed: Feed
     read_limiter: RateLimiter
+    waits: PollSlots
 
 
 @dataclass(frozen=True)
@@ -431,6 +433,7 @@ class _Root:
     @cached_property
     def events_services(self) -> EventsServices:
         from support_agent.api.feed import Feed
+        from support_agent.store.polls import PollSlots
         from support_agent.store.ratelimit import RateLimiter
 
         settings = get_settings()
@@ -439,6 +442,7 @@ class _Root:
             settings,
             Feed(ddb, settings.conversations_table, verbose=settings.transparency == "verbose"),
             RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
+            PollSlots(ddb, settings.conversations_table),
         )
 
     @cached_property

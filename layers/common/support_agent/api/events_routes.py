@@ -2,6 +2,8 @@
 
 Served by EventsFunction (128 MB, reserved concurrency), not the chat function: a client waiting up to
 ``waitSeconds`` holds a small function, and the feed is read from what is stored (api/feed.py), never written.
+That concurrency is every customer's, so a poll waits only while it holds one of its customer's few waiting slots
+(store/polls.py); without one it answers at once.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from support_agent.api.route_docs import responses
 from support_agent.auth import require_customer
 from support_agent.errors import NotFound
 from support_agent.ids import CONVERSATION_ID
+from support_agent.store.polls import WAITS_PER_CUSTOMER
 from support_agent.wiring import events_services
 
 router = APIGatewayHttpRouter()
@@ -35,8 +38,10 @@ def _principal() -> Any:
         "The conversation's events after `after` (from its start without one): a turn's steps as they are "
         "stored (`turn.started`, `tool.requested`, `tool.finished`, `message`, `turn.completed`, `turn.failed`) "
         "and what others decided about it (`approval.decided`, `refund.settled`), in time order. Answers as soon "
-        "as there is one, or with no events after `waitSeconds`; resume with `nextCursor`. Tool inputs and "
-        "results only when TRANSPARENCY=verbose. Each poll counts as a read (READS_PER_MINUTE, 429 `rate_limited`)."
+        "as there is one, or with no events after `waitSeconds`; resume with `nextCursor`. At most "
+        f"{WAITS_PER_CUSTOMER} of a customer's polls wait at once; another answers at once with what there is. "
+        "Tool names, inputs and results only when TRANSPARENCY=verbose. Each poll counts as a read "
+        "(READS_PER_MINUTE, 429 `rate_limited`)."
     ),
     responses=responses("FeedPage", 400, 401, 403, 404, 429),
     tags=["customer"],
@@ -53,5 +58,6 @@ def events(
     if owner is None or owner != customer_id:
         raise NotFound("conversation not found")
     cursor = Cursor.decode(after, conversation_id)
-    page = services.feed.poll(cursor, customer_id, waitSeconds)
+    with services.waits.waiting(customer_id, waitSeconds) as wait:  # 0 when the customer's slots are all held
+        page = services.feed.poll(cursor, customer_id, wait)
     return {"events": page.events, "nextCursor": page.cursor.encode()}

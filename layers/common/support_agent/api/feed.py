@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from support_agent.agent.untrusted import unfence
+from support_agent.api.views import tool_fields
 from support_agent.clock import iso
 from support_agent.errors import InvalidRequest
 from support_agent.store.conversations import ConversationStore, StoredMessage
@@ -37,6 +38,9 @@ from support_agent.store.turns import Turn, turn_ms
 PAGE_EVENTS = 200  # events per answer; the client asks again at once for the rest
 MAX_READS_PER_POLL = 14  # each read: the turn records, the messages and the notifications since the cursor
 BACKOFF = (0.25, 0.5, 1.0, 2.0)  # seconds between reads of one poll; the last repeats
+# Every number a cursor holds (a message's seq, an event's index, a turn's millisecond, a notification's number)
+# is far below this; a forged one above it would reach a Query as more digits than DynamoDB's 38 (decimal.Inexact).
+MAX_CURSOR_NUMBER = 2**53 - 1
 INTERRUPTED = {"code": "turn_interrupted", "message": "the turn did not finish; send it again"}
 # What the feed needs of a turn record (its stored answer only for the totals; the message and what a hand-over
 # carried never): the fields a turn record must have, and those the feed's events are made of.
@@ -75,7 +79,7 @@ class Cursor:
     @classmethod
     def decode(cls, token: str | None, conversation_id: str) -> Cursor:
         """The cursor ``token`` holds, for ``conversation_id`` (none: the start); a 400 when it is not one of ours
-        or belongs to another conversation."""
+        (any number out of bounds included: the client may forge one) or belongs to another conversation."""
         if not token:
             return cls(conversation_id)
         try:
@@ -84,7 +88,13 @@ class Cursor:
         except (ValueError, TypeError, binascii.Error):
             raise InvalidRequest("after: not a cursor of this feed") from None
         numbers = (seq, index, ended, note)
-        if version != 1 or not all(type(n) is int for n in numbers) or min(seq, ended, note) < 0 or index < -1:
+        if (
+            version != 1
+            or not all(type(n) is int for n in numbers)
+            or min(seq, ended, note) < 0
+            or index < -1
+            or max(numbers) > MAX_CURSOR_NUMBER
+        ):
             raise InvalidRequest("after: not a cursor of this feed")
         if cid != conversation_id:
             raise InvalidRequest("after: this cursor belongs to another conversation")
@@ -240,32 +250,22 @@ class Feed:
         for block in m.content:
             if block.get("type") == "tool_use":
                 names[str(block.get("id"))] = str(block.get("name", ""))
-                detail = {"input": block.get("input")} if self._verbose else {}
+                detail = self._tool(name=block.get("name"), input=block.get("input"))
                 events.append(
-                    self._event(
-                        "tool.requested",
-                        m.turn_id,
-                        m.created_at,
-                        toolUseId=block.get("id"),
-                        name=block.get("name"),
-                        **detail,
-                    )
+                    self._event("tool.requested", m.turn_id, m.created_at, toolUseId=block.get("id"), **detail)
                 )
             elif block.get("type") == "tool_result":
                 use_id = str(block.get("tool_use_id"))
-                detail = {"result": unfence(block.get("content"))} if self._verbose else {}
+                detail = self._tool(name=names.get(use_id), result=unfence(block.get("content")))
+                is_error = bool(block.get("is_error", False))
                 events.append(
-                    self._event(
-                        "tool.finished",
-                        m.turn_id,
-                        m.created_at,
-                        toolUseId=use_id,
-                        name=names.get(use_id),
-                        isError=bool(block.get("is_error", False)),
-                        **detail,
-                    )
+                    self._event("tool.finished", m.turn_id, m.created_at, toolUseId=use_id, isError=is_error, **detail)
                 )
         return events
+
+    def _tool(self, **fields: Any) -> dict[str, Any]:
+        """A tool event's own fields, as the conversation view shows a tool call: none of QUIET_HIDES when quiet."""
+        return tool_fields(fields, verbose=self._verbose)
 
     # -- notifications ------------------------------------------------------------------------------
 

@@ -122,7 +122,9 @@ class FeedEvent(_Shape):
     role: Literal["user", "assistant"] | None = Field(None, description="message: who wrote it")
     text: str | None = Field(None, description="message")
     toolUseId: str | None = Field(None, description="tool.requested, tool.finished: pairs the two")
-    name: str | None = Field(None, description="tool.requested, tool.finished: the tool")
+    name: str | None = Field(
+        None, description="tool.requested, tool.finished: the tool (left out when TRANSPARENCY=quiet)"
+    )
     input: Any = Field(None, description="tool.requested: the tool's input (left out when TRANSPARENCY=quiet)")
     result: Any = Field(None, description="tool.finished: the tool's result (left out when TRANSPARENCY=quiet)")
     isError: bool | None = Field(None, description="tool.finished")
@@ -303,6 +305,11 @@ class AuditStreamCheck(_Shape):
     sealedAt: str | None = Field(..., description="When the head was last sealed to S3 (null: not sealed)")
     sealedThrough: int | None = Field(
         ..., description="n of the latest sealed head; rows after it rest on the owner's head until sealed"
+    )
+    redacted: list[str] = Field(
+        ...,
+        description="Event ids of rows carrying `redacted_at` (overall: of every stream). No redaction record "
+        "authorises one yet, so each chained one is also a break (`changed`)",
     )
 
 

@@ -12,6 +12,17 @@ if TYPE_CHECKING:
     from support_agent.agent.loop import TurnResult
 
 
+# What TRANSPARENCY=quiet keeps out of every body a customer reads: which tool ran, what it was given, what it
+# answered. The conversation view leaves out its toolCalls (these and isError), the event feed these fields of its
+# tool events, the chat answer its trace. One declaration, so the view and the feed cannot disagree again.
+QUIET_HIDES = ("name", "input", "result")
+
+
+def tool_fields(fields: dict[str, Any], *, verbose: bool) -> dict[str, Any]:
+    """A tool call's fields as a customer reads them: all when verbose, none of QUIET_HIDES when quiet."""
+    return dict(fields) if verbose else {k: v for k, v in fields.items() if k not in QUIET_HIDES}
+
+
 def _text(content: list[dict[str, Any]]) -> str:
     return "".join(b.get("text", "") for b in content if b.get("type") == "text")
 
@@ -29,8 +40,8 @@ def conversation_view(
     header: Header, messages: list[StoredMessage], refunds: list[dict[str, Any]], *, tools: bool
 ) -> dict[str, Any]:
     """The conversation as its owner reads it. ``tools`` (TRANSPARENCY=verbose) adds each message's tool calls
-    with their input and result; quiet leaves them out, as the chat answer leaves out its trace. The refunds
-    stay either way: they are the customer's own money, not tool data."""
+    with their name, input and result; quiet leaves them out (a call is QUIET_HIDES and isError), as the chat
+    answer leaves out its trace. The refunds stay either way: they are the customer's own money, not tool data."""
     results: dict[str, dict[str, Any]] = {}
     for m in messages:
         for b in m.content:
