@@ -41,7 +41,7 @@ from tests.integration.conftest import Api
 from tests.integration.test_audit_watcher_stream import Stream
 from tests.reliability.figures import count
 from tests.support.scripted import answer, tool_use, tools
-from tests.unit.test_template import granted_pairs
+from tests.unit.test_template import KEY_PREFIXES, granted_pairs
 
 Pair = tuple[str, str]
 ITEM_ACTIONS = {
@@ -126,6 +126,18 @@ class Recorder:
         (``note#<conversation id>``: what the role's LeadingKeys condition allows), and there was one."""
         touched = [key for action, key in self.conversation_keys if action in actions]
         return bool(touched) and all(key.startswith("note#") for key in touched)
+
+    def prefixes_used(self, function: str) -> dict[str, set[str]]:
+        """Per action the static test bounds by ``dynamodb:LeadingKeys`` (its KEY_PREFIXES), the declared prefixes
+        the keys the function touched began with. A key none begins with fails: AWS would refuse that call."""
+        declared = KEY_PREFIXES[function]["ConversationsTable"]
+        used: dict[str, set[str]] = {}
+        for action, key in self.conversation_keys:
+            if action in declared:
+                matching = {p for p in declared[action] if key.startswith(p)}
+                assert matching, f"{function}: {action} of {key!r}, outside its LeadingKeys {declared[action]}"
+                used.setdefault(action, set()).update(matching)
+        return used
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +240,7 @@ NOT_EXERCISED = {
         for a in ("DescribeStream", "GetShardIterator", "GetRecords")
     },
     ("sqs:SendMessage", "AuditSealDLQ"): "the mapping's on-failure destination (the Lambda service sends)",
+    ("sqs:SendMessage", "ScheduledRunsDLQ"): "a scheduled run's dead-letter queue (the Lambda service sends)",
 }
 
 
@@ -482,9 +495,10 @@ def test_payments_function_under_its_own_role(
 def test_seal_function_under_its_own_role(
     api: Api, stack: Stack, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The audit stream's appends sealed; the role can put heads and nothing else: no listing or read of a
-    head, no delete, no read of the audit table. (moto does not authorise PutObjectRetention before acting
-    on it: that the role lacks it is the static evaluator's to prove.)"""
+    """The audit stream's appends sealed, then the batch replayed (its puts refused, 412, the heads read back);
+    the role can put and read heads and nothing else: no listing, no delete, no read of the audit table. (moto
+    does not authorise PutObjectRetention before acting on it: that the role lacks it is the static
+    evaluator's to prove.)"""
     reader = Stream(stack.physical_ids["AuditTable"])
     api.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("ok")]
     _, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "order 1042?"})
@@ -494,11 +508,11 @@ def test_seal_function_under_its_own_role(
     creds = credentials_for(stack, "AuditSealFunction")
     with as_function(api, "AuditSealFunction", creds, recorder, monkeypatch):
         assert api.handlers["AuditSealFunction"](event, None) == {"batchItemFailures": []}
+        assert api.handlers["AuditSealFunction"](event, None) == {"batchItemFailures": []}  # a replay
         s3 = boto3.client("s3")
         sealed = f"heads/{body['conversationId']}/"
         forbidden = {
             "s3:ListBucketVersions": lambda: s3.list_object_versions(Bucket=bucket, Prefix=sealed),
-            "s3:GetObject": lambda: s3.get_object(Bucket=bucket, Key=f"{sealed}x.json"),
             "s3:DeleteObject": lambda: s3.delete_object(Bucket=bucket, Key=f"{sealed}x.json"),
             "dynamodb:Query": lambda: boto3.client("dynamodb").query(
                 TableName=stack.physical_ids["AuditTable"],
@@ -510,7 +524,7 @@ def test_seal_function_under_its_own_role(
         used = set(recorder.pairs)
         refused = {name: denied(call) for name, call in forbidden.items()}
     assert all(refused.values()), refused
-    assert used == {("s3:PutObject", "AuditSealBucket/heads/*")}
+    assert used == {("s3:PutObject", "AuditSealBucket/heads/*"), ("s3:GetObject", "AuditSealBucket/heads/*")}
     check_pairs(stack, "AuditSealFunction", used)
 
 
@@ -592,12 +606,17 @@ def test_long_turn_functions_under_their_own_roles(
     assert (out["restarted"], out["dead_lettered"]) == (1, 1), out
     assert all(refused.values()), refused
     check_pairs(stack, "TurnSweepFunction", used)
+    # Every item it touched is one its LeadingKeys allow, and each allowed prefix was needed.
+    assert recorder.prefixes_used("TurnSweepFunction") == KEY_PREFIXES["TurnSweepFunction"]["ConversationsTable"]
 
-    # The feed of the finished turn, under EventsFunction's role: reads, and its reader's counter; no write else.
+    # The feed of the finished turn, under EventsFunction's role: reads, its reader's counter and (a poll that may
+    # wait) its waiting slot; no write else. Updates only `rate#` and `poll#` items (its LeadingKeys).
     events = credentials_for(stack, "EventsFunction")
     with as_function(api, "EventsFunction", events, recorder, monkeypatch):
-        status, body, _ = api.call("GET", f"/api/conversations/{started[0]['conversationId']}/events")
+        cid = started[0]["conversationId"]
+        status, body, _ = api.call("GET", f"/api/conversations/{cid}/events?waitSeconds=1")
         used = set(recorder.pairs)
+        updated = {key for action, key in recorder.conversation_keys if action == "dynamodb:UpdateItem"}
         refused = {
             "PutItem": denied(
                 lambda: boto3.client("dynamodb").put_item(
@@ -612,7 +631,9 @@ def test_long_turn_functions_under_their_own_roles(
         }
     assert status == 200 and body["events"][-1]["type"] == "turn.completed", body
     assert all(refused.values()), refused
+    assert {key.split("#", 1)[0] for key in updated} == {"rate", "poll"}, updated
     check_pairs(stack, "EventsFunction", used)
+    assert recorder.prefixes_used("EventsFunction") == KEY_PREFIXES["EventsFunction"]["ConversationsTable"]
 
 
 def _order_of(stack: Stack, approval_id: str) -> int:
@@ -726,4 +747,6 @@ def test_mcp_function_under_its_own_role(
     assert all(not r.get("isError") for r in results[1:]), [r for r in results[1:] if r.get("isError")]
     assert all(refused.values()), refused
     check_pairs(stack, "McpFunction", used)
+    # Its holder and its rate counter, nothing else of the Conversations table (what its LeadingKeys allow).
+    assert recorder.prefixes_used("McpFunction") == KEY_PREFIXES["McpFunction"]["ConversationsTable"]
     count("8-least-privilege", McpFunction_forbidden_refused=len(refused))
