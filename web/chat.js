@@ -410,7 +410,7 @@
   }
 
   /** One tool call of the trace. From the feed a call may still run (`running`), and with TRANSPARENCY=quiet it
-   * has no input or result (`quiet`): its name alone. */
+   * has no name, input or result (`quiet`): that it ran, and whether it failed. */
   function traceCall(c) {
     var err = !!c.isError;
     var badge = c.running ? h("span", { class: "badge running" }, "running") : err ? h("span", { class: "badge error" }, "error") : h("span", { class: "badge ok" }, "ok");
@@ -423,7 +423,7 @@
         "data-error": err ? "true" : "false",
         "data-state": c.running ? "running" : err ? "error" : "ok",
       },
-      h("div", { class: "trace-call-head" }, h("code", { class: "tool-name" }, c.name || "?"), badge),
+      h("div", { class: "trace-call-head" }, c.name ? h("code", { class: "tool-name" }, c.name) : h("span", { class: "tool-name quiet" }, "a tool"), badge),
       c.quiet ? null : h("div", { class: "trace-io" }, h("span", { class: "io-label" }, "input"), h("pre", { class: "trace-input" }, SA.json(c.input))),
       c.quiet || c.running
         ? null
@@ -850,8 +850,8 @@
       { class: "progress-step", "data-tool": e.name || null, "data-tool-use-id": e.toolUseId || null, "data-state": "running" },
       label,
       " ",
-      h("code", { class: "tool-name" }, e.name || "?"),
-      " ",
+      e.name ? h("code", { class: "tool-name" }, e.name) : null,
+      e.name ? " " : null,
       badge
     );
     t.steps[e.toolUseId] = { li: li, label: label, badge: badge, call: call };

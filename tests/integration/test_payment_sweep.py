@@ -459,6 +459,24 @@ def test_a_new_attempt_loses_to_a_send_stamped_after_the_sweep_read_the_row(worl
     world.check()
 
 
+def test_a_sender_holding_a_superseded_attempt_sends_the_current_one(world: World) -> None:
+    """A repair read the row at attempt 1; the sweep began attempt 2 before the repair sent. The repair's send
+    stamp is conditioned on its attempt being current: it fails, the repair re-reads and sends attempt 2's key
+    (the sweep's: the provider answers it once), never attempt 1's."""
+    stale = world.first_call_meets(world.direct_requested(OLD), Fault.ERROR_BEFORE, ago=OLD - 10)
+    world.stripe.inject(POST, Fault.ERROR_UNSAVED, 3, hold_seconds=0.01)  # the sweep's sends of attempt 2: no answer
+    assert world.sweeper().run().new_attempts == 1
+    assert world.row(stale).attempt == 2
+
+    after = world.first_call.settle(stale, actor=f"customer-{CUSTOMER}").row
+
+    assert (after.status, after.attempt) == ("SUCCEEDED", 2)
+    keys = world.posts_for(stale)
+    assert keys[0] == f"{stale.refund_key}#1" and set(keys[1:]) == {f"{stale.refund_key}#2"}, keys
+    assert len(world.provider_refunds(stale)) == 1
+    world.check(unknown_ok=False)
+
+
 # ------------------------------------------------------------------ bounds
 
 

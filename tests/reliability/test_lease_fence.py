@@ -77,9 +77,33 @@ def test_a_turn_whose_lease_was_taken_over_cannot_write_its_refund(
     _after(h, world, cid)
 
 
-def test_a_turn_whose_lease_lapsed_runs_no_tool(harness: Harness) -> None:
-    """The synchronous path: A's lease expired while the model answered (a slow provider, a pause): A stores the
-    assistant message and stops before the tool. The next turn repairs the call as not executed, once."""
+def test_a_turn_whose_lease_lapsed_and_was_taken_runs_no_tool(harness: Harness) -> None:
+    """The synchronous path: A's model call overstayed its lease (a slow provider, a pause) and B's turn took the
+    lease meanwhile, answering A's stored call "not executed". A's check before the tool cannot renew the lease
+    (it is no longer A's): A runs nothing and ends 409; one answer to the call, no refund."""
+    h = harness
+    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
+    cid = h.turn("hello").conversation_id
+    world = World.of_settings(h.ddb, h.settings)
+    checkpoint = h.agent.checkpoint
+
+    def b_meanwhile(step: str) -> None:
+        if step == "after_write_ahead":
+            h.agent.checkpoint = checkpoint
+            h.clock.advance(h.settings.lease_seconds + 1)
+            h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)  # B answers in words
+            h.turn("hello?", cid)
+        checkpoint(step)
+
+    h.agent.checkpoint = b_meanwhile
+    with pytest.raises(LeaseLost):
+        h.turn("please refund order 1043", cid)
+    _after(h, world, cid)
+
+
+def test_a_lapsed_lease_nobody_took_is_renewed_and_the_turn_goes_on(harness: Harness) -> None:
+    """The same overstay with nobody waiting: the lease is still A's, so A renews it before the tool and the
+    refund is made once, fenced by the renewed lease."""
     h = harness
     h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
     cid = h.turn("hello").conversation_id
@@ -88,17 +112,15 @@ def test_a_turn_whose_lease_lapsed_runs_no_tool(harness: Harness) -> None:
 
     def lapse(step: str) -> None:
         if step == "after_write_ahead":
+            h.agent.checkpoint = checkpoint
             h.clock.advance(h.settings.lease_seconds + 1)
         checkpoint(step)
 
     h.agent.checkpoint = lapse
-    with pytest.raises(LeaseLost):
-        h.turn("please refund order 1043", cid)
-    h.agent.checkpoint = checkpoint
-    assert _refund_rows(world) == []
-    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
-    h.turn("hello?", cid)  # B: repairs A's call as not executed, then answers
-    _after(h, world, cid)
+    h.turn("please refund order 1043", cid)
+    check_conversation(world, cid, h.agent.tools.specs)
+    check_money(world, 7)
+    assert len(_refund_rows(world)) == 1 and h.order(ORDER).refunded_cents == AMOUNT
 
 
 def test_the_worker_stops_before_its_tool_once_its_keeper_reports_the_lease_lost(

@@ -162,10 +162,27 @@ class Agent:
             turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease, stored)
             turn.handover = handover
             turn.turn_id = turn_id
-            turn.lease_lost = lambda: self.clock() >= lease_until
+            turn.lease_lost = self._lease_keeper(conversation_id, request_id, lease_until)
             return turn.run(message)
         finally:
             self.conversations.release_lease(conversation_id, request_id)  # a no-op once the lease was passed on
+
+    def _lease_keeper(self, conversation_id: str, owner: str, lease_until: int) -> Callable[[], bool]:
+        """The synchronous path's answer to "may the lease be gone?", asked before each tool. Its lease is not
+        renewed while it runs (the turn hands over long before it would lapse), but a model call that overstays
+        can bring it near its end: then it is renewed, conditional on still being ``owner``'s — a lease another
+        turn took (and whose repair answered this turn's calls) reports lost."""
+        until = lease_until
+
+        def lost() -> bool:
+            nonlocal until
+            now = int(self.clock())
+            if now < until - self.settings.lease_seconds // 3:
+                return False
+            until = now + self.settings.lease_seconds
+            return not self.conversations.renew_lease(conversation_id, owner, until)
+
+        return lost
 
     def resume_turn(
         self,
@@ -240,8 +257,8 @@ class _Turn:
         self.tool_calls = 0
         self.answered_by = ""  # the model that answered, for the cost estimate
         self.metrics = obs.TurnMetrics()  # sent once, when the turn ends (ok or not)
-        # Whether the lease may no longer be ours: the worker's keeper says so; the synchronous path's lease
-        # (never renewed: the turn hands over long before it ends) has expired.
+        # Whether the lease may no longer be ours, asked before each tool: the worker's keeper says so; the
+        # synchronous path's lease could not be renewed as it neared its end (`Agent._lease_keeper`).
         self.lease_lost: Callable[[], bool] = lambda: False
 
     # persistence -------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from support_agent.store.dynamo import (
     cancellation_as,
     error_code,
     from_item,
+    is_conditional_failure,
     put_new,
     to_item,
     to_values,
@@ -580,7 +581,7 @@ class RefundLedger:
                 ),
             )
         except ClientError as exc:
-            if error_code(exc) == CONDITION_FAILED:
+            if is_conditional_failure(exc):
                 raise LedgerRace(f"refund {row.sk} changed before its attempt {row.attempt} was sent") from None
             raise
         return replace(row, extra={**row.extra, "attempt_sent_at": now})
