@@ -29,6 +29,7 @@ import httpx
 from bench.calls import Call, CallCounter, item_size, kinds
 from bench.cost_probe import write_units
 from bench.env import World
+from devstack.seed import order_item
 
 LATENCIES_MS = (0, 300)
 REFUND_SAMPLES = 11  # rounds, each one call at every latency
@@ -120,29 +121,18 @@ def refunds(world: World) -> dict[str, Any]:
 def _order(setup: Any, stripe: Any, table: str) -> tuple[int, Any]:
     """A fresh order with a payment intent of its own at the simulated Stripe, and a tool call's context for it."""
     from support_agent.auth import Principal
+    from support_agent.ids import new_conversation_id
     from support_agent.store.dynamo import to_item
     from support_agent.tools.registry import ToolContext
 
     order = next(_orders)
     intent = f"pi_bench_{order}"
     stripe.add_payment_intent(intent, TOTAL, "usd")
-    item = {
-        "customer_id": CUSTOMER,
-        "sk": f"ORDER#{order}",
-        "order_id": order,
-        "status": "DELIVERED",
-        "currency": "USD",
-        "payment_intent": intent,
-        "total_cents": TOTAL,
-        "available_cents": TOTAL,
-        "reserved_cents": 0,
-        "refunded_cents": 0,
-        "items": [],
-    }
+    item = order_item(CUSTOMER, order, TOTAL, payment_intent=intent)
     setup.put_item(TableName=table, Item=to_item(item))
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
     principal = Principal(f"customer-{CUSTOMER}", "customer", CUSTOMER)
-    return order, ToolContext(principal, CUSTOMER, f"conv_bench{order}", 1, "toolu_bench", "bench", now)
+    return order, ToolContext(principal, CUSTOMER, new_conversation_id(), 1, "toolu_bench", "bench", now)
 
 
 # -- the audit chain ---------------------------------------------------------------------------------------

@@ -19,6 +19,43 @@ def payment_intent_of(order: dict[str, Any]) -> str:
     return str(order.get("payment_intent") or f"pi_demo_{order['order_id']}")
 
 
+def order_item(
+    customer_id: int,
+    order_id: int,
+    total_cents: int,
+    *,
+    status: str = "DELIVERED",
+    currency: str = "USD",
+    payment_intent: str | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """An order as the CustomerData table holds it, everything refundable: available = total, nothing reserved or
+    refunded. The one shape of a seeded order (the demo data, the tests, the benchmarks)."""
+    return {
+        "customer_id": customer_id,
+        "sk": f"ORDER#{order_id}",
+        "order_id": order_id,
+        "status": status,
+        "total_cents": total_cents,
+        "currency": currency,
+        "available_cents": total_cents,
+        "reserved_cents": 0,
+        "refunded_cents": 0,
+        "items": [],
+        **({"payment_intent": payment_intent} if payment_intent else {}),
+        **fields,
+    }
+
+
+def put_order(ddb: Any, table: str, customer_id: int, order_id: int, total_cents: int, **kwargs: Any) -> dict[str, Any]:
+    """`order_item`, written (over any order of that id); the item as written."""
+    from support_agent.store.dynamo import to_item
+
+    item = order_item(customer_id, order_id, total_cents, **kwargs)
+    ddb.put_item(TableName=table, Item=to_item(item))
+    return item
+
+
 def demo_items(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The items to store: orders start with everything refundable, nothing reserved or refunded.
 
@@ -31,18 +68,9 @@ def demo_items(data: dict[str, Any]) -> list[dict[str, Any]]:
         cid = customer["customer_id"]
         items.append({"customer_id": cid, "sk": "PROFILE", "name": customer["name"]})
         for order in customer["orders"]:
-            items.append(
-                {
-                    "customer_id": cid,
-                    "sk": f"ORDER#{order['order_id']}",
-                    **order,
-                    "payment_intent": payment_intent_of(order),
-                    "currency": currency,
-                    "available_cents": order["total_cents"],
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                }
-            )
+            rest = {k: v for k, v in order.items() if k not in ("order_id", "total_cents")}
+            rest.update(currency=currency, payment_intent=payment_intent_of(order))
+            items.append(order_item(cid, order["order_id"], order["total_cents"], **rest))
         for invoice in customer["invoices"]:
             items.append(
                 {

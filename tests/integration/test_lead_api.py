@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from devstack.seed import put_order as seed_order
 from support_agent import wiring
 from support_agent.approvals.notifier import iso
 from support_agent.approvals.sweep import ApprovalSweeper, SweepResult
@@ -203,25 +204,8 @@ def test_failed_refund_retry_and_release(api: Api) -> None:
 
 
 def put_order(api: Api, customer: int, order_id: int, total: int) -> None:
-    from support_agent.store.dynamo import to_item
-
-    boto3.client("dynamodb").put_item(
-        TableName=api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"],
-        Item=to_item(
-            {
-                "customer_id": customer,
-                "sk": f"ORDER#{order_id}",
-                "order_id": order_id,
-                "status": "DELIVERED",
-                "total_cents": total,
-                "currency": "USD",
-                "available_cents": total,
-                "reserved_cents": 0,
-                "refunded_cents": 0,
-                "items": [],
-            }
-        ),
-    )
+    table = api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"]
+    seed_order(boto3.client("dynamodb"), table, customer, order_id, total)
 
 
 def break_reservation(api: Api, customer: int, order_id: int, total: int) -> None:

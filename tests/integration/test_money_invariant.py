@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from devstack.seed import put_order
 from devstack.simulated_stripe import TEST_KEY, Fault
 from devstack.stack import Stack
 from support_agent import wiring
@@ -87,24 +88,7 @@ def make_machine(stack: Stack, transport: InProcessStripe, tool_mode: str = "reg
         def __init__(self) -> None:
             super().__init__()
             self.order_id = next(ORDER_IDS)
-            ddb.put_item(
-                TableName=table,
-                Item=to_item(
-                    {
-                        "customer_id": 7,
-                        "sk": f"ORDER#{self.order_id}",
-                        "order_id": self.order_id,
-                        "status": "DELIVERED",
-                        "total_cents": TOTAL,
-                        "currency": "USD",
-                        "available_cents": TOTAL,
-                        "reserved_cents": 0,
-                        "refunded_cents": 0,
-                        "payment_intent": f"pi_prop_{self.order_id}",
-                        "items": [],
-                    }
-                ),
-            )
+            put_order(ddb, table, 7, self.order_id, TOTAL, payment_intent=f"pi_prop_{self.order_id}")
             stripe.add_payment_intent(f"pi_prop_{self.order_id}", TOTAL, "usd")
             self.approvals: list[str] = []
             self.approved_by_lead: set[str] = set()

@@ -27,6 +27,7 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.seed import put_order
 from devstack.simulated_stripe import TEST_KEY, Fault
 from devstack.stack import Stack, load_template, translate
 from support_agent import observability as obs
@@ -110,24 +111,7 @@ class World:
         """An order of ``amount`` in total, all of it available."""
         order_id = next(_orders)
         intent = f"pi_sweep_{order_id}"
-        self.ddb.put_item(
-            TableName=self.table,
-            Item=to_item(
-                {
-                    "customer_id": CUSTOMER,
-                    "sk": f"ORDER#{order_id}",
-                    "order_id": order_id,
-                    "status": "DELIVERED",
-                    "total_cents": amount,
-                    "currency": "USD",
-                    "available_cents": amount,
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                    "payment_intent": intent,
-                    "items": [],
-                }
-            ),
-        )
+        put_order(self.ddb, self.table, CUSTOMER, order_id, amount, payment_intent=intent)
         self.stripe.add_payment_intent(intent, amount, "usd")
         self.order_ids.append(order_id)
         return order_id, intent

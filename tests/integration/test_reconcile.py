@@ -22,6 +22,7 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.seed import put_order
 from devstack.simulated_stripe import TEST_KEY
 from devstack.stack import Stack
 from support_agent import observability as obs
@@ -78,24 +79,7 @@ class World:
         """A delivered order of ``total`` paid by its own payment intent (of ``paid``, default the total)."""
         order_id = next(ORDER_IDS)
         intent = f"pi_rec_{order_id}"
-        self.ddb.put_item(
-            TableName=self.table,
-            Item=to_item(
-                {
-                    "customer_id": CUSTOMER,
-                    "sk": f"ORDER#{order_id}",
-                    "order_id": order_id,
-                    "status": "DELIVERED",
-                    "total_cents": total,
-                    "currency": "USD",
-                    "available_cents": total,
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                    "payment_intent": intent,
-                    "items": [],
-                }
-            ),
-        )
+        put_order(self.ddb, self.table, CUSTOMER, order_id, total, payment_intent=intent)
         self.stripe.add_payment_intent(intent, total if paid is None else paid, "usd")
         return order_id, intent
 

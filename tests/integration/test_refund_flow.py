@@ -25,6 +25,7 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.seed import put_order
 from devstack.simulated_stripe import TEST_KEY, Fault, SimulatedStripe, SimulatedStripeServer
 from devstack.simulated_stripe import start as start_stripe
 from devstack.stack import REPO_ROOT, Stack, load_template, translate
@@ -184,22 +185,15 @@ def _seed(flow: Flow, approve: bool = True, paid: int = TOTAL) -> Case:
     case = Case(flow, new_approval_id(), next(_orders))
     flow.stripe.add_payment_intent(case.intent, paid)
     ddb = boto3.client("dynamodb")
-    ddb.put_item(
-        TableName=case.table("CustomerDataTable"),
-        Item=to_item(
-            {
-                "customer_id": CUSTOMER,
-                "sk": f"ORDER#{case.order_id}",
-                "order_id": case.order_id,
-                "status": "DELIVERED",
-                "currency": "USD",
-                "payment_intent": case.intent,
-                "total_cents": TOTAL,
-                "available_cents": TOTAL - AMOUNT,
-                "reserved_cents": AMOUNT,
-                "refunded_cents": 0,
-            }
-        ),
+    put_order(  # an approval's reservation already made
+        ddb,
+        case.table("CustomerDataTable"),
+        CUSTOMER,
+        case.order_id,
+        TOTAL,
+        payment_intent=case.intent,
+        available_cents=TOTAL - AMOUNT,
+        reserved_cents=AMOUNT,
     )
     ddb.put_item(
         TableName=case.table("ApprovalsTable"),

@@ -17,6 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.seed import put_order
 from support_agent import observability as obs
 from support_agent.approvals.sweep import ApprovalSweeper, SweepResult
 from support_agent.clock import iso, utc_now
@@ -393,23 +394,7 @@ def test_the_conversation_view_speaks_the_customers_vocabulary(api: Api, money: 
 
 def test_a_direct_refund_through_the_chat_is_listed_with_its_refund_id(api: Api, money: Money) -> None:
     order_id = next(_orders)
-    money.ddb.put_item(
-        TableName=money.env["CUSTOMER_DATA_TABLE"],
-        Item=to_item(
-            {
-                "customer_id": 7,
-                "sk": f"ORDER#{order_id}",
-                "order_id": order_id,
-                "status": "DELIVERED",
-                "total_cents": 2_000,
-                "currency": "USD",
-                "available_cents": 2_000,
-                "reserved_cents": 0,
-                "refunded_cents": 0,
-                "payment_intent": f"pi_demo_{order_id}",
-            }
-        ),
-    )
+    put_order(money.ddb, money.env["CUSTOMER_DATA_TABLE"], 7, order_id, 2_000, payment_intent=f"pi_demo_{order_id}")
     api.model.script = [
         tools(tool_use("request_refund", {"order_id": order_id, "amount_cents": 2_000, "reason": "late"})),
         answer("Refunded."),

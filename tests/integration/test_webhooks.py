@@ -23,6 +23,7 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.seed import put_order
 from devstack.simulated_stripe import TEST_KEY, Fault
 from devstack.simulated_stripe.webhooks import sign
 from support_agent.auth import Principal
@@ -105,23 +106,7 @@ class World:
 
     def put_order(self, order_id: int, total: int) -> None:
         intent = f"pi_wh_{order_id}"
-        self.ddb.put_item(
-            TableName=self.env["CUSTOMER_DATA_TABLE"],
-            Item=to_item(
-                {
-                    "customer_id": self.customer,
-                    "sk": f"ORDER#{order_id}",
-                    "order_id": order_id,
-                    "status": "DELIVERED",
-                    "total_cents": total,
-                    "currency": "USD",
-                    "available_cents": total,
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                    "payment_intent": intent,
-                }
-            ),
-        )
+        put_order(self.ddb, self.env["CUSTOMER_DATA_TABLE"], self.customer, order_id, total, payment_intent=intent)
         self.stripe.add_payment_intent(intent, total, "usd")
         self.orders.append(order_id)
 

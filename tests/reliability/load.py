@@ -27,6 +27,7 @@ from typing import Any
 import boto3
 import httpx
 
+from devstack.seed import put_order
 from devstack.tokens import DEFAULT_DEV_SECRET, mint_token
 from support_agent.store.dynamo import to_item
 from tests.reliability.checks import World, check_conversation, check_money
@@ -85,24 +86,16 @@ def seed_customers(world: World, count: int, first: int = FIRST_CUSTOMER) -> lis
     for cid in customers:
         for n, status, total in ORDERS:
             oid = cid * 100 + n
-            world.ddb.put_item(
-                TableName=world.customer_data,
-                Item=to_item(
-                    {
-                        "customer_id": cid,
-                        "sk": f"ORDER#{oid}",
-                        "order_id": oid,
-                        "status": status,
-                        "total_cents": total,
-                        "currency": "USD",
-                        "available_cents": total,
-                        "reserved_cents": 0,
-                        "refunded_cents": 0,
-                        "items": [{"name": "Thing", "quantity": 1, "price_cents": total}],
-                        "note": "",
-                        "placed_at": "2026-10-02T10:15:00Z",
-                    }
-                ),
+            put_order(
+                world.ddb,
+                world.customer_data,
+                cid,
+                oid,
+                total,
+                status=status,
+                items=[{"name": "Thing", "quantity": 1, "price_cents": total}],
+                note="",
+                placed_at="2026-10-02T10:15:00Z",
             )
             world.ddb.put_item(
                 TableName=world.customer_data,

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from devstack.seed import put_order
 from support_agent.agent import history as hist
 from support_agent.agent.untrusted import unfence
 from support_agent.api.contract import status_and_code
@@ -116,24 +117,16 @@ def put_orders(h: Harness, n: int) -> Orders:
         (8, o.other_small, "DELIVERED", 4300, "SECRET-8 lamp", ""),
     ]
     for customer, oid, status, total, item, note in rows:
-        h.ddb.put_item(
-            TableName=h.settings.customer_data_table,
-            Item=to_item(
-                {
-                    "customer_id": customer,
-                    "sk": f"ORDER#{oid}",
-                    "order_id": oid,
-                    "status": status,
-                    "total_cents": total,
-                    "currency": "USD",
-                    "available_cents": total,
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                    "items": [{"name": item, "quantity": 1, "price_cents": total}],
-                    "note": note,
-                    "placed_at": "2026-10-02T10:15:00Z",
-                }
-            ),
+        put_order(
+            h.ddb,
+            h.settings.customer_data_table,
+            customer,
+            oid,
+            total,
+            status=status,
+            items=[{"name": item, "quantity": 1, "price_cents": total}],
+            note=note,
+            placed_at="2026-10-02T10:15:00Z",
         )
     for inv, oid in zip(o.other_invoices, (o.other_delivered, o.other_small), strict=True):
         h.ddb.put_item(

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from devstack.seed import put_order
 from support_agent.agent.untrusted import unfence
 from support_agent.llm.base import LlmResponse
 from support_agent.messages import Usage
@@ -117,24 +118,15 @@ class ObedientModel(FakeModel):
 def plant(h: Harness, payload: str, place: str) -> None:
     """The victim's own order and invoice, with the payload where a third party could have written it."""
     table = h.settings.customer_data_table
-    h.ddb.put_item(
-        TableName=table,
-        Item=to_item(
-            {
-                "customer_id": 7,
-                "sk": f"ORDER#{OWN_ORDER}",
-                "order_id": OWN_ORDER,
-                "status": "DELIVERED",
-                "total_cents": OWN_TOTAL,
-                "currency": "USD",
-                "available_cents": OWN_TOTAL,
-                "reserved_cents": 0,
-                "refunded_cents": 0,
-                "items": [{"name": payload if place == "item" else "Tent", "quantity": 1, "price_cents": OWN_TOTAL}],
-                "note": payload if place == "note" else "",
-                "placed_at": "2026-10-02T10:15:00Z",
-            }
-        ),
+    put_order(
+        h.ddb,
+        table,
+        7,
+        OWN_ORDER,
+        OWN_TOTAL,
+        items=[{"name": payload if place == "item" else "Tent", "quantity": 1, "price_cents": OWN_TOTAL}],
+        note=payload if place == "note" else "",
+        placed_at="2026-10-02T10:15:00Z",
     )
     h.ddb.put_item(
         TableName=table,

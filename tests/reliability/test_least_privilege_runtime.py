@@ -32,6 +32,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.core.authorization import enable_iam_authentication
 
+from devstack.seed import put_order
 from devstack.stack import Stack
 from support_agent import wiring
 from support_agent.store.audit import AuditStore
@@ -309,23 +310,7 @@ def _approval(stack: Stack, status: str, created_at: str, **extra: Any) -> str:
     aid = new_approval_id()
     ddb = boto3.client("dynamodb")
     oid = 90_000 + len(aid) + int(datetime.now(UTC).timestamp() * 1000) % 9_000
-    ddb.put_item(
-        TableName=stack.physical_ids["CustomerDataTable"],
-        Item=to_item(
-            {
-                "customer_id": 7,
-                "sk": f"ORDER#{oid}",
-                "order_id": oid,
-                "status": "DELIVERED",
-                "total_cents": 9000,
-                "currency": "USD",
-                "available_cents": 0,
-                "reserved_cents": 9000,
-                "refunded_cents": 0,
-                "items": [],
-            }
-        ),
-    )
+    put_order(ddb, stack.physical_ids["CustomerDataTable"], 7, oid, 9000, available_cents=0, reserved_cents=9000)
     ddb.put_item(
         TableName=stack.physical_ids["ApprovalsTable"],
         Item=to_item(

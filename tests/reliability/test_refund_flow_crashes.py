@@ -27,12 +27,12 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.seed import put_order
 from devstack.stack import Stack
 from support_agent.approvals.flow import execution_name, flow_input
 from support_agent.auth import Principal
 from support_agent.config import load_settings
 from support_agent.store.approvals import Approval
-from support_agent.store.dynamo import to_item
 from support_agent.tools.registry import ToolContext
 from support_agent.wiring import LeadServices, build_lead_services, build_registry
 from tests.reliability.checks import World, check_money
@@ -64,23 +64,7 @@ def raise_approval(env: dict[str, str]) -> tuple[str, int, World]:
     cfg = load_settings(env)
     ddb = boto3.client("dynamodb")
     order_id, total = next(_orders), 12_000
-    ddb.put_item(
-        TableName=cfg.customer_data_table,
-        Item=to_item(
-            {
-                "customer_id": CUSTOMER,
-                "sk": f"ORDER#{order_id}",
-                "order_id": order_id,
-                "status": "DELIVERED",
-                "total_cents": total,
-                "currency": "USD",
-                "available_cents": total,
-                "reserved_cents": 0,
-                "refunded_cents": 0,
-                "items": [],
-            }
-        ),
-    )
+    put_order(ddb, cfg.customer_data_table, CUSTOMER, order_id, total)
     ctx = ToolContext(Principal("customer-7", "customer", 7), 7, f"conv_flow{order_id}", 1, "toolu_1", "req", "now")
     out = build_registry(cfg, ddb, boto3.client("sqs")).execute(
         "request_refund", {"order_id": order_id, "amount_cents": 9000, "reason": "crash test"}, ctx

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from devstack.seed import order_item
 from support_agent.ids import new_approval_id, new_conversation_id
 from support_agent.store.dynamo import to_item
 from support_agent.store.refunds import RefundRequest, RefundWriter
@@ -16,19 +17,7 @@ def put_pending_approval(
     """A fresh DELIVERED order of ``amount_cents`` with all of it reserved by a new PENDING approval."""
     ddb.put_item(
         TableName=env["CUSTOMER_DATA_TABLE"],
-        Item=to_item(
-            {
-                "customer_id": customer_id,
-                "sk": f"ORDER#{order_id}",
-                "order_id": order_id,
-                "status": "DELIVERED",
-                "total_cents": amount_cents,
-                "currency": "USD",
-                "available_cents": amount_cents,
-                "reserved_cents": 0,
-                "refunded_cents": 0,
-            }
-        ),
+        Item=to_item(order_item(customer_id, order_id, amount_cents)),
     )
     approval_id = new_approval_id()
     conversation_id = new_conversation_id()

@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
+from devstack.seed import put_order
 from support_agent.payments.flow import RefundStep
 from support_agent.payments.none import LedgerOnly
 from support_agent.payments.port import ProviderRefund, ProviderRefused
@@ -111,23 +112,7 @@ class World:
     def direct(self, amount: int = 2_000) -> LedgerRow:
         """A direct refund's REQUESTED row and reservation, as the refund tool writes it before its call."""
         order_id = next(_orders)
-        self.ddb.put_item(
-            TableName=TABLES["CUSTOMER_DATA_TABLE"],
-            Item=to_item(
-                {
-                    "customer_id": CUSTOMER,
-                    "sk": f"ORDER#{order_id}",
-                    "order_id": order_id,
-                    "status": "DELIVERED",
-                    "total_cents": 4_000,
-                    "currency": "USD",
-                    "available_cents": 4_000,
-                    "reserved_cents": 0,
-                    "refunded_cents": 0,
-                    "payment_intent": f"pi_{order_id}",
-                }
-            ),
-        )
+        put_order(self.ddb, TABLES["CUSTOMER_DATA_TABLE"], CUSTOMER, order_id, 4_000, payment_intent=f"pi_{order_id}")
         cid = f"conv_01JF3Q00000000000000{order_id:05d}"[:31]
         r = RefundRequest(
             CUSTOMER, order_id, 4_000, amount, "USD", "late", f"REFUND#{cid}#1#toolu_1", cid, "toolu_1",
