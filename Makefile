@@ -64,12 +64,14 @@ TEST_WORKERS ?= 2
 test: lint $(SAM_STAMP)
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-## make lint: ruff, mypy, cfn-lint, and checkov over template.yaml (0 failed checks; each check the template does
-## not follow is skipped next to its resource with the reason). Offline: no download, no update check.
+## make lint: ruff, mypy, the layer's import rules (lint-imports: pyproject.toml's [tool.importlinter]), cfn-lint,
+## and checkov over template.yaml (0 failed checks; each check the template does not follow is skipped next to its
+## resource with the reason). Offline: no download, no update check.
 lint: $(STAMP) $(CHECKOV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/cfn-lint template.yaml
 	env -u PYTHONPATH CKV_SKIP_PACKAGE_UPDATE_CHECK=true BC_SKIP_MAPPING=TRUE \
 		$(CHECKOV_VENV)/bin/checkov -f template.yaml --framework cloudformation --quiet --compact --skip-download

@@ -307,7 +307,7 @@ def _child(cid: str, token: str) -> dict[str, Any]:
 
 
 def _backoff_constants() -> tuple[tuple[float, ...], int]:
-    from support_agent.api.feed import BACKOFF, MAX_READS_PER_POLL
+    from support_agent.feed import BACKOFF, MAX_READS_PER_POLL
 
     return BACKOFF, MAX_READS_PER_POLL
 

@@ -71,8 +71,7 @@ def refunds(world: World) -> dict[str, Any]:
     from devstack.simulated_stripe import TEST_KEY
     from devstack.simulated_stripe import start as start_stripe
     from support_agent.config import load_settings
-    from support_agent.payments.retry import StripePolicy
-    from support_agent.payments.stripe import StripeProvider
+    from support_agent.refunds import StripePolicy, StripeProvider
     from support_agent.wiring import build_registry
 
     env = world.stack.function_env("ChatFunction")

@@ -3,7 +3,7 @@
 ``python -m bench.payments_import [runs]``. Each sample is a fresh interpreter that first imports what the chat
 function has loaded before its first refund (httpx for the model adapter, pydantic, the settings, the
 loop), then starts the clock and imports
-either our adapter (`support_agent.payments.stripe`) or the official SDK, alternating so both meet the
+either our adapter (`support_agent.refunds.provider.stripe`) or the official SDK, alternating so both meet the
 same machine noise. Reports medians of wall and CPU time and their ratio (docs/PAYMENTS.md).
 """
 
@@ -25,7 +25,7 @@ import {module}
 print(json.dumps({{"wall_ms": (time.perf_counter() - t0) * 1000, "cpu_ms": (time.process_time() - c0) * 1000,
                   "modules": len(sys.modules)}}))
 """
-CANDIDATES = {"ours (httpx adapter)": "support_agent.payments.stripe", "stripe SDK": "stripe"}
+CANDIDATES = {"ours (httpx adapter)": "support_agent.refunds.provider.stripe", "stripe SDK": "stripe"}
 
 
 def sample(module: str) -> dict[str, float]:

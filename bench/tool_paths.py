@@ -33,7 +33,7 @@ def _sources() -> tuple[Any, Any, Any]:
     from devstack.seed import seed
     from support_agent.auth import Principal
     from support_agent.mcp.inprocess import InProcessMcpTools
-    from support_agent.mcp.tools import McpServices
+    from support_agent.mcp.our_tools import McpServices
     from support_agent.tools.registry import ToolContext
     from support_agent.wiring import build_registry
 

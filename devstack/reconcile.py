@@ -68,7 +68,7 @@ def reachable(endpoint: str) -> bool:
 
 def report_lines(report: dict[str, Any]) -> list[str]:
     """The report as a person reads it: a header, then one line per difference or "no differences"."""
-    from support_agent.payments.reconcile import Difference
+    from support_agent.refunds import Difference
 
     head = (
         f"reconciliation {report['since']} .. {report['until']}  provider={report['provider']}  "

@@ -8,8 +8,9 @@ from support_agent.api.http import build_resolver, handle
 from support_agent.api.lead_routes import router
 from support_agent.config import get_settings
 from support_agent.observability import metrics, observed
+from support_agent.wiring import authenticator
 
-app = build_resolver()
+app = build_resolver(authenticator)
 app.include_router(router)
 
 

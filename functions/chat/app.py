@@ -9,11 +9,11 @@ from support_agent.api.chat_routes import router
 from support_agent.api.http import build_resolver, handle
 from support_agent.config import get_settings
 from support_agent.observability import metrics, observed
-from support_agent.wiring import chat_services
+from support_agent.wiring import authenticator, chat_services
 
 # With SnapStart: clients built before the snapshot, randomness reseeded after restore (no-op elsewhere).
 snapstart.register(prime=chat_services)
-app = build_resolver()
+app = build_resolver(authenticator)
 app.include_router(router)
 
 

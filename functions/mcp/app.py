@@ -1,13 +1,14 @@
 """McpFunction: POST /mcp (the MCP server, Streamable HTTP, stateless) and its RFC 9728 metadata document.
 
-All logic lives in the layer (support_agent/mcp/). Only this function imports the ``mcp`` SDK.
+All logic lives in the layer (support_agent/api/mcp_endpoint.py, support_agent/mcp/). Only this function
+imports the ``mcp`` SDK.
 """
 
 from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
 
-from support_agent.mcp.http import handle
+from support_agent.api.mcp_endpoint import handle
 from support_agent.observability import metrics, observed
 
 

@@ -1,5 +1,5 @@
 """PaymentSweepFunction (EventBridge schedule): refunds left REQUESTED or SETTLING are settled by asking the
-payment provider (support_agent/payments/sweep.py). Logic lives in the layer."""
+payment provider (support_agent/refunds/sweep.py). Logic lives in the layer."""
 
 from typing import Any
 

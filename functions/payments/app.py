@@ -12,7 +12,7 @@ from support_agent import wiring
 from support_agent.ids import APPROVAL_ID
 from support_agent.messages import Deadline
 from support_agent.observability import metrics, observed
-from support_agent.payments.flow import ApprovalNotFound
+from support_agent.refunds import ApprovalNotFound
 
 # Left after the last provider attempt to record its outcome and answer Step Functions before Lambda's timeout:
 # an invocation killed mid-record is only retried, but one that ends in time says what happened.

@@ -1,6 +1,6 @@
 """PaymentsWebhookFunction: ``POST /webhooks/stripe``, Stripe's refund events. Logic lives in the layer.
 
-No JWT: Stripe cannot send one. The request proves itself by its ``Stripe-Signature`` (payments/webhook.py),
+No JWT: Stripe cannot send one. The request proves itself by its ``Stripe-Signature`` (refunds/webhooks.py),
 verified over the raw body before anything is read from it. A 400 (unsigned, stale, forged) changes
 nothing; an error (the secret unreadable, DynamoDB) is raised, so Lambda counts it, API Gateway answers
 500 and Stripe delivers the event again later.
@@ -11,10 +11,11 @@ from typing import Any
 from aws_lambda_powertools.logging import correlation_paths
 
 from support_agent import wiring
+from support_agent.api import stripe_webhook
 from support_agent.observability import metrics, observed
 
 
 @observed(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return wiring.stripe_webhooks().handle(event)
+    return stripe_webhook.handle(wiring.stripe_webhooks(), event)

@@ -1,6 +1,6 @@
 """ReconcileFunction (EventBridge schedule, daily): the refund ledger compared with the payment provider.
 
-Logic lives in the layer (support_agent/payments/reconcile.py). Each difference is a log line, their count
+Logic lives in the layer (support_agent/refunds/reconcile.py). Each difference is a log line, their count
 the ``ReconciliationDifferences`` metric; the answer is the report, its first differences only (the counts
 are whole). A provider that cannot be read completely raises `ReconciliationIncomplete`: the invocation
 fails (its Errors alarm) instead of reporting refunds missing that are not.

@@ -810,7 +810,7 @@ def test_feed_text_quiet_tool_calls_every_decision_and_backoff(
                 "events": [
                     _event("turn.started", 4, other),
                     _event("message", 4, other, role="user", text=HOSTILE_USER_TEXT),
-                    # quiet: no tool name, input or result (api/views.py QUIET_HIDES)
+                    # quiet: no tool name, input or result (feed.py QUIET_HIDES)
                     _event("tool.requested", 5, other, toolUseId="toolu_1"),
                     _event("tool.finished", 6, other, toolUseId="toolu_1", isError=False),
                     _event("message", 7, other, role="assistant", text=HOSTILE_REPLY_TEXT),

@@ -23,7 +23,7 @@ from boto3.dynamodb.conditions import Key
 from devstack.events import scheduled_event
 from devstack.functions import FunctionPool
 from devstack.local import REGION, LocalStack
-from support_agent.payments.sweep import SWEEP_ACTOR
+from support_agent.refunds.sweep import SWEEP_ACTOR
 from tests.e2e.conftest import reset_to_seed
 from tests.e2e.test_payments_local import Stack, tool_results
 

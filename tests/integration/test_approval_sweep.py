@@ -329,7 +329,7 @@ def test_a_retry_whose_flow_never_started_is_started_under_its_retry_name(env: E
 
 
 def test_the_sweep_never_starts_a_second_execution_of_a_running_flow(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    from support_agent.payments.flow import RefundStep
+    from support_agent.refunds.step import RefundStep
 
     approval_id = env.approved_approval(NOW - timedelta(minutes=10))
     env.break_reservation(approval_id)

@@ -10,9 +10,10 @@ import boto3
 
 from support_agent.ids import new_approval_id, new_conversation_id
 from support_agent.refunds import keys as refund_keys
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import LedgerRow, Outcome
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item
-from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger
 from tests.integration.conftest import Api
 from tests.integration.test_lead_api import wait_status
 from tests.support.aws import serialised_moto

@@ -11,8 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from support_agent.api.feed import Cursor
-from support_agent.api.views import QUIET_HIDES
+from support_agent.feed import QUIET_HIDES, Cursor
 from support_agent.store.notifications import Notification, NotificationStore
 from support_agent.store.polls import WAITS_PER_CUSTOMER, PollSlots
 from tests.integration.conftest import Api

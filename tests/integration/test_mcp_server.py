@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from devstack.tokens import mint_token
-from support_agent.mcp.tools import IDEMPOTENCY_META_KEY
+from support_agent.mcp.our_tools import IDEMPOTENCY_META_KEY
 from support_agent.store.handoffs import HandoffStore
 from support_agent.tools.registry import ToolRegistry
 from tests.integration.conftest import EVENTS, Api

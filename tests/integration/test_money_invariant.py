@@ -35,9 +35,9 @@ from support_agent.approvals.flow import execution_name, flow_input
 from support_agent.auth import Principal
 from support_agent.config import load_settings
 from support_agent.errors import ServiceError
+from support_agent.refunds.ledger_row import UNSETTLED, LedgerRow
 from support_agent.store.approvals import StateConflict
 from support_agent.store.dynamo import from_item, to_item
-from support_agent.store.ledger import UNSETTLED, LedgerRow
 from support_agent.tools.registry import ToolContext
 from support_agent.wiring import build_lead_services, build_registry, build_settler, build_tool_source
 from tests.integration.conftest import deployed_stack

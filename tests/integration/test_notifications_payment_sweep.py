@@ -16,7 +16,7 @@ import pytest
 
 from devstack.simulated_stripe import TEST_KEY
 from support_agent import wiring
-from support_agent.store.ledger import LedgerRow
+from support_agent.refunds.ledger_row import LedgerRow
 from support_agent.store.notifications import NotificationStore
 from tests.integration.conftest import load_handler
 from tests.integration.test_payment_sweep import PAST_GRACE, World, stripe_stack, world  # noqa: F401 (fixtures)

@@ -36,12 +36,13 @@ from support_agent.clock import iso
 from support_agent.config import Settings, load_settings
 from support_agent.ids import new_approval_id, new_conversation_id
 from support_agent.messages import Deadline
-from support_agent.payments.sweep import SWEEP_ACTOR, PaymentSweeper, PaymentSweepIncomplete
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import UNSETTLED_INDEX, LedgerRow
+from support_agent.refunds.requests import RefundRequest, RefundWriter
+from support_agent.refunds.sweep import SWEEP_ACTOR, PaymentSweeper, PaymentSweepIncomplete
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item
-from support_agent.store.ledger import UNSETTLED_INDEX, LedgerRow, RefundLedger
-from support_agent.store.refunds import RefundRequest, RefundWriter
 from support_agent.wiring import build_settler
 from tests.integration.conftest import Api, deployed_stack, load_handler
 from tests.reliability.test_least_privilege_runtime import Recorder, as_function, check_pairs, credentials_for

@@ -15,7 +15,7 @@ import boto3
 import pytest
 
 from devstack.stack import Stack
-from support_agent.api.views import QUIET_HIDES
+from support_agent.feed import QUIET_HIDES
 from support_agent.store.conversations import ConversationStore, StoredMessage
 from tests.integration.conftest import Api, deployed_stack
 from tests.support.openapi import assert_documented
@@ -78,7 +78,7 @@ def _keys(value: Any) -> set[str]:
 
 @pytest.mark.parametrize("field", QUIET_HIDES)
 def test_quiet_hides_the_same_tool_fields_from_the_view_and_the_feed(api: Api, field: str) -> None:
-    """One table (``QUIET_HIDES``, api/views.py) of what quiet hides, held by both bodies a customer reads a turn's
+    """One table (``QUIET_HIDES``, feed.py) of what quiet hides, held by both bodies a customer reads a turn's
     tool calls in: the conversation view and the event feed. The feed used to show each tool's name."""
     api.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("It was delivered.")]
     status, turn, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "Where is 1042?"})

@@ -31,10 +31,11 @@ from support_agent.auth import Principal
 from support_agent.clock import iso
 from support_agent.config import load_settings
 from support_agent.ids import new_conversation_id
-from support_agent.payments.reconcile import Difference, Reconciler, ReconcileReport
 from support_agent.refunds.keys import attempt_key
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import LEDGER_INDEX, LEDGER_INDEX_KEY, LedgerRow
+from support_agent.refunds.reconcile import Difference, Reconciler, ReconcileReport
 from support_agent.store.dynamo import from_item, to_item
-from support_agent.store.ledger import LEDGER_INDEX, LEDGER_INDEX_KEY, LedgerRow, RefundLedger
 from support_agent.tools.registry import ToolContext
 from support_agent.wiring import build_lead_services, build_registry
 from tests.integration.conftest import deployed_stack, load_handler
@@ -386,7 +387,7 @@ def test_the_scheduled_function_reports_and_emits_its_metric(
 
 
 def test_ledger_only_payments_are_not_reconciled(world: World) -> None:
-    from support_agent.payments.none import LedgerOnly
+    from support_agent.refunds.provider.none import LedgerOnly
 
     order_id, _ = world.order()
     world.direct(order_id, 2_000)

@@ -23,10 +23,11 @@ from support_agent.approvals.sweep import ApprovalSweeper, SweepResult
 from support_agent.clock import iso, utc_now
 from support_agent.ids import new_approval_id
 from support_agent.refunds.keys import approved_refund_sk
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import LedgerRow, Outcome
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import to_item
-from support_agent.store.ledger import LedgerRow, Outcome, RefundLedger
 from tests.integration.conftest import Api
 from tests.support.approvals import put_pending_approval
 from tests.support.aws import serialised_moto

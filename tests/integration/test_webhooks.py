@@ -30,14 +30,14 @@ from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.config import load_settings
 from support_agent.ids import new_approval_id, new_conversation_id
-from support_agent.mcp.tools import McpServices, call_tool
-from support_agent.payments.reconcile import Reconciler
-from support_agent.payments.sweep import PaymentSweeper
+from support_agent.mcp.our_tools import McpServices, call_tool
 from support_agent.refunds import keys as refund_keys
+from support_agent.refunds.ledger_row import LedgerRow
+from support_agent.refunds.reconcile import Reconciler
+from support_agent.refunds.sweep import PaymentSweeper
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item, to_values
-from support_agent.store.ledger import LedgerRow
 from support_agent.tools.registry import ToolContext
 from support_agent.wiring import build_registry, build_settler
 from tests.integration.conftest import EVENTS, Api
@@ -516,7 +516,7 @@ def test_the_webhook_function_under_its_own_role(world: World, monkeypatch: pyte
 
 
 def _mcp_refund(world: World, amount: int, *, keyed: bool) -> LedgerRow:
-    """A refund through the MCP server's tool call (mcp/tools.py `call_tool`): with the client's idempotency key
+    """A refund through the MCP server's tool call (mcp/our_tools.py `call_tool`): with the client's idempotency key
     it is direct (refund key ``mcp:<customer>:<sha256>``); without one it is held for a lead, who approves it,
     and RefundFlow's writes make it (refund key: the approval id)."""
     order_id = world.order(4000)

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from support_agent.payments.stripe import StripeProvider
 from support_agent.refunds.keys import attempt_key
+from support_agent.refunds.provider.stripe import StripeProvider
 
 pytestmark = [
     pytest.mark.live,

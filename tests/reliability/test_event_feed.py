@@ -24,13 +24,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support_agent.agent.finish import TurnEnds
 from support_agent.agent.untrusted import unfence
-from support_agent.api.contract import error_body, status_and_code
-from support_agent.api.feed import Cursor, Feed
-from support_agent.api.views import QUIET_HIDES, turn_body
 from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.errors import ModelUnavailable, ServiceError
+from support_agent.feed import QUIET_HIDES, Cursor, Feed
 from support_agent.ids import new_conversation_id
 from support_agent.messages import Deadline
 from support_agent.store.notifications import Notification, NotificationStore
@@ -139,18 +138,17 @@ class Conversation:
             self.cid = self.cid or (new_id if stored else None)
             return
         except ServiceError as exc:
-            status, _ = status_and_code(exc)
             if stored:
-                self.turns.finish(turn, status, error_body(exc), utc_now())
+                TurnEnds(self.turns).failed(turn, exc)
                 self.cid = self.cid or new_id
             else:
-                self.turns.release(turn, None, status, error_body(exc), utc_now())
+                TurnEnds(self.turns).refused(turn, None, exc)
             return
         finally:
             h.model.on_call = None
             h.crash_at = set()
         self.cid = result.conversation_id
-        self.turns.finish(turn, 200, turn_body(result, turn.turn_id, True), utc_now())
+        TurnEnds(self.turns).completed(turn, result, verbose=True)
 
 
 def everything(feed: Feed, cursor: Cursor) -> list[dict[str, Any]]:
@@ -227,7 +225,7 @@ def check_feed(h: Harness, c: Conversation) -> dict[str, int]:
     # Resume from every cursor: exactly what follows.
     for i, e in enumerate(got):
         assert everything(feed, Cursor.decode(e["cursor"], c.cid)) == got[i + 1 :], i
-    # Quiet: the same events at the same cursors, less what QUIET_HIDES names of each tool call (api/views.py).
+    # Quiet: the same events at the same cursors, less what QUIET_HIDES names of each tool call (feed.py).
     quiet = Feed(h.ddb, h.settings.conversations_table, verbose=False, clock=h.clock, sleep=lambda _s: None)
     hidden = [{k: v for k, v in e.items() if k not in QUIET_HIDES or not e["type"].startswith("tool.")} for e in got]
     assert everything(quiet, Cursor(c.cid)) == hidden

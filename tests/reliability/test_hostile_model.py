@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from devstack.seed import put_order
 from support_agent.agent import history as hist
 from support_agent.agent.untrusted import unfence
-from support_agent.api.contract import status_and_code
+from support_agent.contract import status_and_code
 from support_agent.errors import ServiceError
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import LlmResponse, Message, Usage

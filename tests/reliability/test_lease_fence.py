@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from support_agent.agent import worker as worker_module
+from support_agent.agent import lifecycle
 from support_agent.errors import LeaseLost
-from support_agent.store.refunds import RefundWriter
+from support_agent.refunds.requests import RefundWriter
 from tests.reliability.checks import World, check_conversation, check_money
 from tests.reliability.test_crash_everywhere import RefundModel
 from tests.reliability.test_worker_crashes import CID, hand_over, rig
@@ -133,7 +133,7 @@ def test_the_worker_stops_before_its_tool_once_its_keeper_reports_the_lease_lost
     world = World.of_settings(h.ddb, h.settings)
     keepers: list[Any] = []
 
-    class Keeper(worker_module.LeaseKeeper):
+    class Keeper(lifecycle.LeaseKeeper):
         def __enter__(self) -> Any:
             keepers.append(self)
             return self  # no renewal thread: the test says when the lease is lost
@@ -141,7 +141,7 @@ def test_the_worker_stops_before_its_tool_once_its_keeper_reports_the_lease_lost
         def __exit__(self, *_: Any) -> None:
             pass
 
-    monkeypatch.setattr(worker_module, "LeaseKeeper", Keeper)
+    monkeypatch.setattr(lifecycle, "LeaseKeeper", Keeper)
     checkpoint = h.agent.checkpoint
 
     def lost(step: str) -> None:

@@ -35,7 +35,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from devstack.tokens import DEFAULT_DEV_SECRET, mint_token
-from support_agent.api.feed import MAX_CURSOR_NUMBER
+from support_agent.feed import MAX_CURSOR_NUMBER
 from tests.reliability import load
 from tests.reliability.conftest import CI
 from tests.reliability.figures import count

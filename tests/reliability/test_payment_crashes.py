@@ -35,12 +35,13 @@ from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.llm.base import LlmResponse
 from support_agent.messages import Deadline, Usage
-from support_agent.payments.flow import ApprovalNotApproved, PaymentOutcomeUnknown, RefundStep
-from support_agent.payments.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
-from support_agent.payments.sweep import PaymentSweeper
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import LedgerRow
+from support_agent.refunds.provider.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
+from support_agent.refunds.step import ApprovalNotApproved, PaymentOutcomeUnknown, RefundStep
+from support_agent.refunds.sweep import PaymentSweeper
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.dynamo import to_item, to_values
-from support_agent.store.ledger import LedgerRow, RefundLedger
 from support_agent.tools.registry import ToolContext
 from support_agent.wiring import build_registry, build_settler
 from tests.reliability.checks import MotoSnapshot, World

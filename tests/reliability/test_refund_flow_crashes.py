@@ -144,7 +144,7 @@ def test_approve_killed_around_start_execution_then_approved_again(env: dict[str
 def test_refund_step_killed_before_its_record_then_restarted(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from support_agent.store.ledger import RefundLedger
+    from support_agent.refunds.ledger import RefundLedger
 
     approval_id, order_id, world = raise_approval(env)
     record, crashes = RefundLedger.record, []

@@ -7,8 +7,8 @@ from typing import Any
 
 from devstack.seed import order_item
 from support_agent.ids import new_approval_id, new_conversation_id
+from support_agent.refunds.requests import RefundRequest, RefundWriter
 from support_agent.store.dynamo import to_item
-from support_agent.store.refunds import RefundRequest, RefundWriter
 
 
 def put_pending_approval(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from support_agent.store.ledger import LedgerRow
-from support_agent.store.refunds import RefundRequest
+from support_agent.refunds.ledger_row import LedgerRow
+from support_agent.refunds.requests import RefundRequest
 
 
 def direct_row(r: RefundRequest, provider: str = "none") -> LedgerRow:

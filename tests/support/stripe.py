@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 
 from devstack.simulated_stripe import TEST_KEY, Fault, SimulatedStripe
-from support_agent.payments.retry import StripePolicy
-from support_agent.payments.stripe import StripeProvider
+from support_agent.refunds.provider.stripe import StripeProvider
+from support_agent.refunds.provider.stripe_retry import StripePolicy
 
 POST, LIST, GET = "POST /v1/refunds", "GET /v1/refunds", "GET /v1/refunds/{id}"
 BASE = "https://api.stripe.test"

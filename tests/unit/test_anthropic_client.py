@@ -17,8 +17,8 @@ import pytest
 from anthropic.types import Message as SdkMessage
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
-from support_agent.api.contract import status_and_code
 from support_agent.config import Settings
+from support_agent.contract import status_and_code
 from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient, build_body, encode_body, parse_response
 from support_agent.llm.base import LlmResponse

@@ -16,7 +16,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from devstack.tokens import DEFAULT_DEV_SECRET, main, mint_token
 from support_agent import auth as auth_module
-from support_agent.api.contract import error_body, status_and_code
 from support_agent.auth import (
     JWKS_MIN_REFETCH_SECONDS,
     MAX_TOKEN_BYTES,
@@ -26,6 +25,7 @@ from support_agent.auth import (
     require_role,
 )
 from support_agent.config import load_settings
+from support_agent.contract import error_body, status_and_code
 from support_agent.errors import NotPermitted, Unauthenticated
 
 SECRET = DEFAULT_DEV_SECRET

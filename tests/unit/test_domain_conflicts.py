@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from support_agent.api.contract import error_body, status_and_code
 from support_agent.approvals.decisions import ApprovalDecisions
+from support_agent.contract import error_body, status_and_code
 from support_agent.errors import Conflict, NotFound
+from support_agent.refunds.requests import RefundRace, RefundRequest, RefundWriter
 from support_agent.store.approvals import Approval, ApprovalStore, ReservationMissing, StateConflict
 from support_agent.store.dynamo import CONDITION_FAILED, cancellation_as
 from support_agent.store.handoffs import HandoffConflict, HandoffStore
-from support_agent.store.refunds import RefundRace, RefundRequest, RefundWriter
 from tests.support.ledger import direct_row
 from tests.support.recording import RecordingDynamo, cancelled
 

@@ -11,8 +11,8 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support_agent.api.feed import Cursor
 from support_agent.errors import InvalidRequest
+from support_agent.feed import Cursor
 from support_agent.store.dynamo import to_values
 from support_agent.store.notifications import counter_only
 
@@ -64,7 +64,7 @@ def test_a_cursor_number_out_of_bounds_is_a_400(field: int, value: int) -> None:
 
 
 def _queried(cursor: Cursor) -> None:
-    """What the feed's reads put in DynamoDB expressions from a cursor: each must serialize (api/feed.py)."""
+    """What the feed's reads put in DynamoDB expressions from a cursor: each must serialize (feed.py)."""
     to_values({":seq": max(cursor.seq - 1, 1), ":after": cursor.ended, ":note": max(cursor.note, 0)})
 
 

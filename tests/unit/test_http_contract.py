@@ -54,7 +54,7 @@ def secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 )
 def test_powertools_never_answers_its_own_415(secret: str, ctype: str, route: str, who: tuple[Any, ...]) -> None:
     """Even a media type that got past body_problem (or a resolver called without `handle`) is our 400."""
-    app = build_resolver()
+    app = build_resolver(wiring.authenticator)
     app.include_router(chat_routes.router)
     app.include_router(lead_routes.router)
     token = mint_token(*who, secret=secret)

@@ -1,4 +1,4 @@
-"""The worker's lease renewal (agent/worker.py LeaseKeeper) against moto: renewed while held, given up once the
+"""The worker's lease renewal (agent/lifecycle.py LeaseKeeper) against moto: renewed while held, given up once the
 lease is someone else's (the worker is fenced: its next write fails on the lease condition)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from support_agent.agent.worker import LeaseKeeper
+from support_agent.agent.lifecycle import LeaseKeeper
 from support_agent.store.dynamo import to_item
 from tests.support.harness import Harness
 

@@ -42,8 +42,8 @@ from devstack.seed import seed
 from devstack.simulated_model import validate_openai
 from support_agent.agent import history as hist
 from support_agent.agent.untrusted import unfence
-from support_agent.api.contract import status_and_code
 from support_agent.config import Settings
+from support_agent.contract import status_and_code
 from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import LlmClient, LlmResponse

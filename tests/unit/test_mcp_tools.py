@@ -1,4 +1,4 @@
-"""The MCP tools (mcp/tools.py) on moto: scoping, keys, held refunds and their dedupe item, hand-offs, audit."""
+"""The MCP tools (mcp/our_tools.py) on moto: scoping, keys, held refunds and their dedupe item, hand-offs, audit."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 
 from support_agent.auth import Principal
-from support_agent.mcp.tools import McpServices, build_mcp_services, key_item, server_key, tool_definitions
-from support_agent.mcp.tools import call_tool as _call_tool
+from support_agent.mcp.our_tools import McpServices, key_item, server_key, tool_definitions
+from support_agent.mcp.our_tools import call_tool as _call_tool
+from support_agent.refunds.requests import held_sk
 from support_agent.store.approvals import ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import to_item
 from support_agent.store.handoffs import HandoffStore
-from support_agent.store.refunds import held_sk
 from support_agent.tools.registry import ToolOutcome
+from support_agent.wiring import build_mcp_services
 from tests.reliability.checks import World, check_money
 from tests.support.aws import serialised_moto
 from tests.support.harness import Harness

@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import NoCredentialsError
 from botocore.stub import Stubber
 
-from support_agent.api.contract import error_body, status_and_code
+from support_agent.contract import error_body, status_and_code
 from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.bedrock import BedrockClient

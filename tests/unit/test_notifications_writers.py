@@ -16,21 +16,17 @@ import boto3
 import pytest
 
 from devstack.seed import put_order
-from support_agent.payments.flow import RefundStep
-from support_agent.payments.none import LedgerOnly
-from support_agent.payments.port import ProviderRefund, ProviderRefused
-from support_agent.payments.settle import RefundSettler
 from support_agent.refunds.keys import approved_refund_sk, direct_refund_key
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import Duplicate, LedgerRow, Outcome
+from support_agent.refunds.provider.none import LedgerOnly
+from support_agent.refunds.provider.port import ProviderRefund, ProviderRefused
+from support_agent.refunds.requests import RefundRequest, RefundWriter
+from support_agent.refunds.settle import RefundSettler
+from support_agent.refunds.step import RefundStep
 from support_agent.store.approvals import Approval, ApprovalStore, StateConflict
 from support_agent.store.dynamo import put_new, to_item, to_values
-from support_agent.store.ledger import (
-    Duplicate,
-    LedgerRow,
-    Outcome,
-    RefundLedger,
-)
 from support_agent.store.notifications import Notification, NotificationStore
-from support_agent.store.refunds import RefundRequest, RefundWriter
 from tests.support.approvals import put_pending_approval
 from tests.support.aws import create_tables
 

@@ -32,9 +32,9 @@ from support_agent import wiring
 from support_agent.approvals.decisions import ApprovalDecisions
 from support_agent.approvals.sweep import ApprovalSweeper
 from support_agent.config import load_settings
-from support_agent.llm.keys import key_provider
 from support_agent.messages import Usage
 from support_agent.pricing import estimate_usd, price_for, price_table
+from support_agent.secrets import key_provider
 from support_agent.store.approvals import ApprovalStore
 from tests.support.aws import create_tables
 from tests.support.harness import Harness

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from support_agent.api.contract import status_and_code
 from support_agent.clock import utc_now
+from support_agent.contract import status_and_code
 from support_agent.errors import LeaseHeld, NotFound
 from support_agent.store.erasure import ConversationEraser
 from tests.support.harness import Harness

@@ -12,7 +12,7 @@ import pytest
 from devstack import apidocs
 from devstack.stack import REPO_ROOT, http_routes, load_template
 from support_agent.api import openapi
-from support_agent.api.contract import CONTRACT
+from support_agent.contract import CONTRACT
 from support_agent.store.approvals import STATUSES
 
 COMMITTED = REPO_ROOT / "docs" / "openapi.json"

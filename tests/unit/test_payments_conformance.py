@@ -18,9 +18,9 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import stripe
 
-from support_agent.payments.retry import StripePolicy
-from support_agent.payments.stripe import STRIPE_VERSION, StripeProvider
 from support_agent.refunds.keys import attempt_key
+from support_agent.refunds.provider.stripe import STRIPE_VERSION, StripeProvider
+from support_agent.refunds.provider.stripe_retry import StripePolicy
 
 KEY = "sk_test_conformance"
 PI = "pi_demo_1042"

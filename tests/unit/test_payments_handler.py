@@ -14,7 +14,7 @@ import pytest
 
 from devstack.stack import REPO_ROOT
 from support_agent.messages import Deadline
-from support_agent.payments.flow import ApprovalNotFound
+from support_agent.refunds.step import ApprovalNotFound
 
 
 def payments_app() -> Any:

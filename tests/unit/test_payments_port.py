@@ -13,10 +13,10 @@ import pytest
 from support_agent import wiring
 from support_agent.config import Settings, load_settings
 from support_agent.errors import ServiceError
-from support_agent.payments.factory import LazyProvider, lazy_provider, payment_provider_from_settings
-from support_agent.payments.keys import stripe_key
-from support_agent.payments.none import LedgerOnly, ledger_refund_id
-from support_agent.payments.port import (
+from support_agent.refunds.keys import attempt_key, split_attempt_key
+from support_agent.refunds.provider.factory import LazyProvider, lazy_provider, payment_provider_from_settings
+from support_agent.refunds.provider.none import LedgerOnly, ledger_refund_id
+from support_agent.refunds.provider.port import (
     OutcomeUnknown,
     PaymentProvider,
     ProviderRefund,
@@ -24,8 +24,8 @@ from support_agent.payments.port import (
     ProviderUnavailable,
     refund_metadata,
 )
-from support_agent.payments.stripe import StripeProvider
-from support_agent.refunds.keys import attempt_key, split_attempt_key
+from support_agent.refunds.provider.stripe import StripeProvider
+from support_agent.refunds.provider.stripe_key import stripe_key
 
 PI = "pi_demo_1042"
 APPROVAL = "apr_01JZ0000000000000000000000"

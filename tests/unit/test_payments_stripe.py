@@ -15,15 +15,15 @@ import httpx
 import pytest
 
 from support_agent.messages import Deadline
-from support_agent.payments.port import (
+from support_agent.refunds.keys import attempt_key
+from support_agent.refunds.provider.port import (
     OutcomeUnknown,
     ProviderRefund,
     ProviderRefused,
     ProviderUnavailable,
 )
-from support_agent.payments.retry import StripePolicy
-from support_agent.payments.stripe import STRIPE_VERSION, StripeProvider
-from support_agent.refunds.keys import attempt_key
+from support_agent.refunds.provider.stripe import STRIPE_VERSION, StripeProvider
+from support_agent.refunds.provider.stripe_retry import StripePolicy
 
 KEY = "sk_test_123"
 PI = "pi_demo_1043"

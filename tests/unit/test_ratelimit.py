@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
-from support_agent.api.contract import status_and_code
+from support_agent.contract import status_and_code
 from support_agent.errors import RateLimited
 from support_agent.store.ratelimit import KEEP_SECONDS, RateLimiter, counter_key, retry_after
 from tests.support.aws import create_tables

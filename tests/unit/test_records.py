@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from support_agent.api import responses
+from support_agent.refunds.ledger_row import LedgerRow
 from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
 from support_agent.store.customer_data import Order
 from support_agent.store.handoffs import Handoff
-from support_agent.store.ledger import LedgerRow
 from support_agent.store.notifications import Notification
 from support_agent.store.records import BadItem
 from support_agent.store.turns import Turn

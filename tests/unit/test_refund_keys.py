@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 
 from support_agent.ids import APPROVAL_ID, CONVERSATION_ID
-from support_agent.mcp.tools import server_key
-from support_agent.payments.port import ProviderRefund
-from support_agent.payments.reconcile import ledger_sk_of
-from support_agent.payments.webhook import ledger_sk as webhook_ledger_sk
+from support_agent.mcp.our_tools import server_key
 from support_agent.refunds import keys
+from support_agent.refunds.provider.port import ProviderRefund
 
 PACKAGE = Path(__file__).resolve().parents[2] / "layers" / "common" / "support_agent"
 CONVERSATION = "conv_01JZ0000000000000000000000"  # fixed ids: pytest-xdist workers must collect the same names
@@ -47,7 +45,7 @@ def test_every_reader_finds_the_row_the_writer_wrote(origin: str) -> None:
     parsed = keys.parse(key)
     assert parsed is not None and parsed.key == key and parsed.ledger_sk == sk
     assert keys.ledger_sk(key) == sk
-    assert webhook_ledger_sk(_refund(key)) == ledger_sk_of(_refund(key)) == (7, sk)
+    assert _refund(key).ledger_row == (7, sk)  # the one reader of a refund's row: the webhook's, reconciliation's
     attempt = keys.attempt_key(key, 3)
     assert keys.split_attempt_key(attempt) == (key, 3) and len(attempt) <= keys.MAX_ATTEMPT_KEY_CHARS
 
@@ -59,7 +57,7 @@ def test_the_mcp_key_is_scoped_to_its_customer_and_hashes_the_clients_key() -> N
     assert parsed is not None and (parsed.origin, parsed.customer_id) == ("mcp", 7)
     # A refund whose metadata names another customer than its MCP key is none of ours.
     assert keys.ledger_row_of(MCP_KEY, "8") is None
-    assert webhook_ledger_sk(_refund(MCP_KEY, "8")) is None
+    assert _refund(MCP_KEY, "8").ledger_row is None
 
 
 @pytest.mark.parametrize(
@@ -80,7 +78,7 @@ def test_the_mcp_key_is_scoped_to_its_customer_and_hashes_the_clients_key() -> N
 )
 def test_what_is_not_ours_maps_to_no_row(key: str) -> None:
     assert keys.parse(key) is None and keys.ledger_sk(key) is None
-    assert webhook_ledger_sk(_refund(key)) is None and ledger_sk_of(_refund(key)) is None
+    assert _refund(key).ledger_row is None
 
 
 def test_no_module_but_refunds_keys_spells_the_grammar() -> None:

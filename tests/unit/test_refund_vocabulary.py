@@ -6,9 +6,8 @@ from typing import get_args
 
 import pytest
 
-from support_agent.payments.vocabulary import CustomerRefundStatus, customer_status
+from support_agent.refunds.vocabulary import CustomerRefundStatus, LedgerStatus, customer_status
 from support_agent.store.approvals import STATUSES
-from support_agent.store.ledger import LedgerStatus
 
 
 @pytest.mark.parametrize(

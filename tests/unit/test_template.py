@@ -162,7 +162,7 @@ TABLES: dict[str, dict[str, Any]] = {
     },
     "CustomerDataTable": {
         "keys": [("customer_id", "N", "HASH"), ("sk", "S", "RANGE")],
-        "indexes": {  # sparse: refund ledger rows only (store/ledger.py)
+        "indexes": {  # sparse: refund ledger rows only (refunds/ledger.py)
             "unsettled": [("unsettled", "S", "HASH"), ("attempt_started_at", "S", "RANGE")],
             "ledger_by_created": [("ledger", "S", "HASH"), ("created_at", "S", "RANGE")],
         },
@@ -1054,7 +1054,7 @@ def test_forbidden_grants(cfn: dict[str, Any], function_id: str) -> None:
 # The Conversations table holds every kind of item, each under a partition-key prefix of its own: a conversation's
 # header and messages under its id (`conv_…`, ids.py), turn records `turn#` and idempotency keys `idem#`
 # (store/turns.py), notifications `note#` (store/notifications.py), rate counters `rate#` (store/ratelimit.py:
-# `rate#reads#…` for reads, `rate#mcp#…` for MCP calls), the MCP holder `mcp#` (mcp/tools.py, store/handoffs.py),
+# `rate#reads#…` for reads, `rate#mcp#…` for MCP calls), the MCP holder `mcp#` (mcp/our_tools.py, store/handoffs.py),
 # the event feed's waiting slots `poll#` (store/polls.py).
 # A role whose code uses only some of them holds each of these actions on the table only under
 # `ForAllValues:StringLike` `dynamodb:LeadingKeys` with exactly the prefixes below (each followed by `*`), never
@@ -1155,7 +1155,7 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
     import fnmatch
 
     from support_agent.ids import new_conversation_id
-    from support_agent.mcp.tools import stream_of
+    from support_agent.mcp.our_tools import stream_of
     from support_agent.store.notifications import partition
     from support_agent.store.polls import partition as poll_partition
     from support_agent.store.ratelimit import counter_key

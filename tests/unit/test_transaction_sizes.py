@@ -17,11 +17,12 @@ import pytest
 
 from support_agent.agent.model_output import MAX_TOOL_USES
 from support_agent.config import Settings
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import Outcome
+from support_agent.refunds.requests import RefundRequest, RefundWriter
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
-from support_agent.store.ledger import Outcome, RefundLedger
-from support_agent.store.refunds import RefundRequest, RefundWriter
 from support_agent.store.turns import TurnStore
 from tests.support.harness import Crash, Harness, make_harness
 from tests.support.ledger import direct_row, ledger_item
@@ -34,10 +35,12 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 # Every call site, by module, and the tests below that build its worst case.
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
-    "store/refunds.py": 1,  # direct, reserve (and a held one's, with its dedupe item): test_money_writes
-    # begin_approved; fail_unstarted, record and fail_late (one `_transact`, with or without their notification);
-    # new_attempt; an audited call that changed nothing (row head + row): test_ledger_writes
-    "store/ledger.py": 4,
+    "refunds/requests.py": 1,  # direct, reserve (and a held one's, with its dedupe item): test_money_writes
+    # The ledger's, test_ledger_writes: begin_approved; fail_unstarted, record and fail_late (one `_transact`, with
+    # or without their notification); new_attempt and an audited call that changed nothing (row head + row)
+    "refunds/approved.py": 1,
+    "refunds/ledger_table.py": 1,
+    "refunds/settlements.py": 2,
     # approve, retry, reject/expire/release (without a notification; with one: notifications.py's), the same test
     "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
     # a decision's own items + its notification's two (counter, notification): test_ledger_writes,
@@ -46,7 +49,7 @@ COVERED = {
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
     "store/turns.py": 2,  # a turn's claim (record + key), the worker's take-over (header + check): test_turn_claim
-    "mcp/tools.py": 1,  # an MCP call's audit row with its stream's head: test_mcp_audit
+    "mcp/our_tools.py": 1,  # an MCP call's audit row with its stream's head: test_mcp_audit
 }
 
 
@@ -223,7 +226,7 @@ def test_hand_offs() -> None:
 
 def test_mcp_audit() -> None:
     """An MCP call's audit row and its stream's head (the customer's ``mcp#<id>`` item)."""
-    from support_agent.mcp.tools import McpServices, append_audit
+    from support_agent.mcp.our_tools import McpServices, append_audit
     from support_agent.store.audit import AuditRecord
 
     db = RecordingDynamo()

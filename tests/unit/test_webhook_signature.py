@@ -1,4 +1,4 @@
-"""``Stripe-Signature`` verification (payments/webhook.py), checked against Stripe's own SDK as the reference.
+"""``Stripe-Signature`` verification (refunds/webhooks.py), checked against Stripe's own SDK as the reference.
 
 Stripe's scheme: ``t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">``, one ``v1`` per signing secret
 while a secret is being rolled. What the SDK accepts we accept (and what our simulated Stripe signs, the
@@ -15,9 +15,9 @@ import pytest
 import stripe
 
 from devstack.simulated_stripe.webhooks import sign as simulated_sign
-from support_agent.api.contract import status_and_code
-from support_agent.payments import webhook
-from support_agent.payments.webhook import (
+from support_agent.contract import status_and_code
+from support_agent.refunds import webhooks as webhook
+from support_agent.refunds.webhooks import (
     BadSignature,
     WebhookSecretUnavailable,
     secrets_of,

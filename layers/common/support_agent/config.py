@@ -83,13 +83,15 @@ class Settings(BaseModel):
     mcp_public_base_url: str = Field("", alias="MCP_PUBLIC_BASE_URL")
     # How the loop reaches our own tools: directly, or over MCP to the server object McpFunction serves (in
     # process); outside servers' read-only tools (mcp/allowlist.py), listed again every MCP_REFRESH_SECONDS.
+    # MCP_SERVERS is the MCP code's to validate (mcp/allowlist.py, when the loop's tools are built at cold start):
+    # config, at the bottom of the package, imports no feature.
     tool_mode: Literal["registry", "mcp"] = Field("registry", alias="TOOL_MODE")
     mcp_servers: str = Field("", alias="MCP_SERVERS")
     mcp_refresh_seconds: float = Field(300.0, alias="MCP_REFRESH_SECONDS", ge=1, le=3600)
 
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
-    # Who moves a refund's money (support_agent/payments): `none` keeps refunds ledger-only. Stripe's key
+    # Who moves a refund's money (support_agent/refunds): `none` keeps refunds ledger-only. Stripe's key
     # from STRIPE_API_KEY or the secret (a plain string or {"api_key": ...}); timeouts per attempt.
     payment_provider: Literal["none", "stripe"] = Field("none", alias="PAYMENT_PROVIDER")
     stripe_api_base: str = Field("https://api.stripe.com", alias="STRIPE_API_BASE")
@@ -99,7 +101,7 @@ class Settings(BaseModel):
     stripe_read_timeout: float = Field(10.0, alias="STRIPE_READ_TIMEOUT", gt=0)
     stripe_max_retries: int = Field(2, alias="STRIPE_MAX_RETRIES", ge=0, le=10)
     # Webhook signing secrets (whsec_...), comma separated while Stripe rolls one (both sign meanwhile);
-    # or the secret STRIPE_WEBHOOK_SECRET_ARN holding them as a plain string (payments/webhook.py).
+    # or the secret STRIPE_WEBHOOK_SECRET_ARN holding them as a plain string (refunds/webhooks.py).
     stripe_webhook_secret: str = Field("", alias="STRIPE_WEBHOOK_SECRET", repr=False)
     stripe_webhook_secret_arn: str = Field("", alias="STRIPE_WEBHOOK_SECRET_ARN")
     # The payment sweep (payments/sweep.py): rows unsettled for longer than the grace are asked about
@@ -150,14 +152,6 @@ class Settings(BaseModel):
             price_table(value)
         except ValueError as exc:  # JSON and pydantic errors alike: fail at cold start, not mid-turn
             raise ValueError(f"PRICE_TABLE is not a price table: {exc}") from None
-        return value
-
-    @field_validator("mcp_servers")
-    @classmethod
-    def _mcp_servers_parse(cls, value: str) -> str:
-        from support_agent.mcp.allowlist import parse_servers
-
-        parse_servers(value)  # fail at cold start, not mid-turn
         return value
 
     @field_validator("jwt_secret")

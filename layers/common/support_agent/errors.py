@@ -1,8 +1,9 @@
 """Domain errors: what went wrong, in the service's own terms.
 
-Stores, tools, the loop and the model adapters raise these; none of them knows HTTP. Only the edge
-(`api/contract.py`, used by `api/http.py`) turns one into the contract's status and code, so a sweep
-or a queue consumer that reuses a store gets an error it can act on, not an HTTP answer.
+Stores, tools, the loop and the model adapters raise these; none of them knows HTTP. One table
+(`contract.py`) gives each the contract's status and code, read by the edges (`api/http.py`) and by the turn
+record (which keeps a resend's answer), so a sweep or a queue consumer that reuses a store gets an error it can
+act on, not an HTTP answer.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ class LeaseHeld(Conflict):
 
 class TooLarge(ServiceError):
     kind = "too_large"
+
+
+class IdempotencyKeyReused(ServiceError):
+    """An Idempotency-Key sent again with another request body: the client reused it by mistake."""
+
+    kind = "idempotency_key_reused"
 
 
 class TokenBudgetExhausted(ServiceError):

@@ -7,6 +7,9 @@ agent, no model adapter, no JWT library), and of the boto3 clients, one per serv
 process, DynamoDB is built with the services (every function reads it on its first event; SnapStart
 snapshots it) while SQS, SNS and Step Functions wait for their first call (most chat turns never send
 to SQS, most lead requests never start a flow: docs/PERFORMANCE.md). ``reset()`` starts afresh.
+
+Only the edges import this module: the handlers in functions/, the routes and the MCP edge in api/. What it
+builds gets what it needs as arguments and never calls back here (pyproject.toml's import contracts).
 """
 
 from __future__ import annotations
@@ -25,22 +28,26 @@ from support_agent.clock import utc_now
 from support_agent.config import Settings, get_settings
 
 if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+
     from support_agent.agent.loop import Agent
     from support_agent.agent.turn_sweep import TurnSweeper
     from support_agent.agent.worker import TurnWorker
-    from support_agent.api.feed import Feed
     from support_agent.approvals.decisions import ApprovalDecisions
     from support_agent.approvals.notifier import ApprovalNotifier
     from support_agent.approvals.sweep import ApprovalSweeper
     from support_agent.auth import Authenticator
+    from support_agent.feed import Feed
     from support_agent.llm.base import LlmClient
-    from support_agent.mcp.tools import McpServices
-    from support_agent.payments.flow import RefundStep
-    from support_agent.payments.port import PaymentProvider
-    from support_agent.payments.reconcile import Reconciler
-    from support_agent.payments.settle import RefundSettler
-    from support_agent.payments.sweep import PaymentSweeper
-    from support_agent.payments.webhook import StripeWebhooks
+    from support_agent.mcp.our_tools import McpServices
+    from support_agent.refunds import (
+        PaymentProvider,
+        PaymentSweeper,
+        Reconciler,
+        RefundSettler,
+        RefundStep,
+        StripeWebhooks,
+    )
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.audit_seal import SealWriter
@@ -75,7 +82,7 @@ class ChatServices:
     approvals: ApprovalStore
     limiter: RateLimiter
     read_limiter: RateLimiter
-    payments: PaymentProvider  # lazy: built on the first refund call (payments/factory.py)
+    payments: PaymentProvider  # lazy: built on the first refund call (refunds/provider/factory.py)
     turns: TurnStore  # turn records and idempotency keys (store/turns.py)
     sqs: Any = None  # the hand-over's queue client (lazy: most turns never need it)
 
@@ -89,7 +96,7 @@ class LeadServices:
     audit: AuditStore
     eraser: ConversationEraser
     now: Callable[[], str]
-    payments: PaymentProvider  # lazy: built on the first refund call (payments/factory.py)
+    payments: PaymentProvider  # lazy: built on the first refund call (refunds/provider/factory.py)
 
 
 class _LazyClient:
@@ -111,8 +118,7 @@ def build_settler(settings: Settings, ddb: Any, payments: PaymentProvider) -> Re
     """The settler of every refund path. Its ledger announces settlements in the conversations' feeds
     (store/notifications.py): an approval's outcome always, a direct refund's only for the callers that ask
     (the webhook, the payment sweep; the chat's tool never does)."""
-    from support_agent.payments.settle import RefundSettler
-    from support_agent.store.ledger import RefundLedger
+    from support_agent.refunds import RefundLedger, RefundSettler
 
     ledger = RefundLedger(
         ddb,
@@ -126,10 +132,9 @@ def build_settler(settings: Settings, ddb: Any, payments: PaymentProvider) -> Re
 
 def build_registry(settings: Settings, ddb: Any, sqs: Any, payments: PaymentProvider | None = None) -> ToolRegistry:
     """``payments``: the process's provider; by default one built from the settings on its first call."""
-    from support_agent.payments.factory import lazy_provider
+    from support_agent.refunds import RefundWriter, lazy_provider
     from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.handoffs import HandoffStore
-    from support_agent.store.refunds import RefundWriter
     from support_agent.tools.handoff import handoff_tools
     from support_agent.tools.orders import order_tools
     from support_agent.tools.refunds import refund_tools
@@ -161,15 +166,15 @@ def build_tool_source(settings: Settings, registry: ToolRegistry, ddb: Any, secr
     source: ToolSource = registry
     if settings.tool_mode == "mcp":
         from support_agent.mcp.inprocess import InProcessMcpTools
-        from support_agent.mcp.tools import McpServices
+        from support_agent.mcp.our_tools import McpServices
 
         source = InProcessMcpTools(
             registry, McpServices(registry, ddb, settings.conversations_table, settings.audit_table)
         )
     if settings.mcp_servers:
-        from support_agent.llm.keys import key_provider
         from support_agent.mcp.allowlist import parse_servers
         from support_agent.mcp.outside import OutsideServer, OutsideTools, WithOutsideTools
+        from support_agent.secrets import key_provider
 
         secrets = secrets_client if secrets_client is not None else (lambda: client("secretsmanager"))
         servers = [
@@ -183,11 +188,20 @@ def build_tool_source(settings: Settings, registry: ToolRegistry, ddb: Any, secr
     return source
 
 
+def build_mcp_services(settings: Settings, ddb: Any, sqs: Any, payments: PaymentProvider | None = None) -> McpServices:
+    """The chat's registry (the same tools, stores and settler) and the MCP audit stream's tables."""
+    from support_agent.mcp.our_tools import McpServices
+
+    return McpServices(
+        build_registry(settings, ddb, sqs, payments), ddb, settings.conversations_table, settings.audit_table
+    )
+
+
 def build_chat_services(
     settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None, payments: PaymentProvider | None = None
 ) -> ChatServices:
     from support_agent.agent.loop import Agent
-    from support_agent.payments.factory import lazy_provider
+    from support_agent.refunds import lazy_provider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.conversations import ConversationStore
     from support_agent.store.customer_data import CustomerDataStore
@@ -218,7 +232,7 @@ def build_lead_services(
     settings: Settings, ddb: Any = None, sfn: Any = None, payments: PaymentProvider | None = None
 ) -> LeadServices:
     from support_agent.approvals.decisions import ApprovalDecisions
-    from support_agent.payments.factory import lazy_provider
+    from support_agent.refunds import lazy_provider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.audit_seal import SealReader
@@ -290,7 +304,7 @@ class _Root:
     @cached_property
     def payments(self) -> PaymentProvider:
         """One per process, shared by the services; nothing is built until its first call."""
-        from support_agent.payments.factory import lazy_provider
+        from support_agent.refunds import lazy_provider
 
         return lazy_provider(
             get_settings(),
@@ -334,7 +348,7 @@ class _Root:
     @cached_property
     def refund_step(self) -> RefundStep:
         """PaymentsFunction's: RefundFlow's refund step, on the process's provider."""
-        from support_agent.payments.flow import RefundStep
+        from support_agent.refunds import RefundStep
         from support_agent.store.approvals import ApprovalStore
 
         settings = get_settings()
@@ -349,7 +363,7 @@ class _Root:
     @cached_property
     def payment_sweeper(self) -> PaymentSweeper:
         """PaymentSweepFunction's: unsettled ledger rows asked about again, on the process's provider."""
-        from support_agent.payments.sweep import PaymentSweeper
+        from support_agent.refunds import PaymentSweeper
 
         settings = get_settings()
         settler = build_settler(settings, self.client("dynamodb"), self.payments)
@@ -365,8 +379,7 @@ class _Root:
     @cached_property
     def reconciler(self) -> Reconciler:
         """ReconcileFunction's (and ``make reconcile``'s): the ledger against the process's provider, read only."""
-        from support_agent.payments.reconcile import UNSETTLED_AFTER, Reconciler
-        from support_agent.store.ledger import RefundLedger
+        from support_agent.refunds import UNSETTLED_AFTER, Reconciler, RefundLedger
 
         settings = get_settings()
         ledger = RefundLedger(
@@ -384,8 +397,8 @@ class _Root:
         """PaymentsWebhookFunction's: the ledger, a settler that never asks the provider, the signing secrets
         (``STRIPE_WEBHOOK_SECRET``, or the secret ``STRIPE_WEBHOOK_SECRET_ARN`` read on first use, cached)."""
         from support_agent.errors import ServiceError
-        from support_agent.llm.keys import key_provider
-        from support_agent.payments.webhook import StripeWebhooks, WebhookSecretUnavailable, secrets_of
+        from support_agent.refunds import StripeWebhooks, WebhookSecretUnavailable, secrets_of
+        from support_agent.secrets import key_provider
 
         settings = get_settings()
         read = key_provider(
@@ -398,7 +411,7 @@ class _Root:
         def secrets() -> list[str]:
             try:
                 return secrets_of(read())
-            except ServiceError as exc:  # llm/keys.py's error: here it is the webhook secret's
+            except ServiceError as exc:  # secrets.py's error: here it is the webhook secret's
                 raise WebhookSecretUnavailable("could not read the webhook signing secret") from exc
 
         # `apply` only records what an event says: the provider is never asked, so none is built.
@@ -432,7 +445,7 @@ class _Root:
 
     @cached_property
     def events_services(self) -> EventsServices:
-        from support_agent.api.feed import Feed
+        from support_agent.feed import Feed
         from support_agent.store.polls import PollSlots
         from support_agent.store.ratelimit import RateLimiter
 
@@ -453,10 +466,15 @@ class _Root:
 
     @cached_property
     def mcp_services(self) -> McpServices:
-        """McpFunction's: the registry's tools under the MCP rules (mcp/tools.py), on the process's provider."""
-        from support_agent.mcp.tools import build_mcp_services
-
+        """McpFunction's: the registry's tools under the MCP rules (mcp/our_tools.py), on the process's provider."""
         return build_mcp_services(get_settings(), self.client("dynamodb"), _lazy("sqs"), self.payments)
+
+    @cached_property
+    def mcp_server(self) -> Server[Any]:
+        """McpFunction's server object (mcp/server.py) over `mcp_services`, built on its first tool request."""
+        from support_agent.mcp.server import build_server
+
+        return build_server(lambda: self.mcp_services)
 
     @cached_property
     def authenticator(self) -> Authenticator:
@@ -520,6 +538,10 @@ def authenticator() -> Authenticator:
 
 def mcp_services() -> McpServices:
     return _root.mcp_services
+
+
+def mcp_server() -> Server[Any]:
+    return _root.mcp_server
 
 
 def refund_step() -> RefundStep:

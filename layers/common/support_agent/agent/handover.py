@@ -10,9 +10,9 @@ respond-async`` asks for the hand-over at once). If it does not fit, three steps
 2. the message ``{turnId, conversationId, token}`` goes to ``TurnQueue``;
 3. the lease passes from the request to the token (conditioned on still holding it).
 
-The request then answers 202. The worker (agent/worker.py) takes the lease from the token to one of its own in a
-transaction that checks the turn record, so a duplicate delivery stops there; a crash between 2 and 3 leaves the
-request's lease to expire, after which the worker (or the sweep's resend) takes it.
+The request then answers 202. The worker takes the lease from the token to one of its own in a transaction that
+checks the turn record, so a duplicate delivery stops there (agent/lifecycle.py runs both paths); a crash between
+2 and 3 leaves the request's lease to expire, after which the worker (or the sweep's resend) takes it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ timeout), and a turn whose message went to the DLQ would stay ``running`` foreve
   expired lease — at most ``MAX_RESTARTS`` times, and never past the turn's ``running_until``: then it ends
   ``failed`` (``turn_failed``).
 * messages on ``TurnDLQ`` (failed three times) end their turns ``failed`` and are deleted.
+
+A turn ends here as on every path (agent/finish.py), announced in its conversation's feed: no request waits on it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from support_agent import observability as obs
+from support_agent.agent.finish import TurnEnds
 from support_agent.clock import utc_now
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.turns import TurnStore
@@ -38,6 +41,10 @@ class TurnSweeper:
     clock: Callable[[], float] = field(default=time.time)
     now: Callable[[], str] = field(default=utc_now)
 
+    @property
+    def ends(self) -> TurnEnds:
+        return TurnEnds(self.turns, self.now)
+
     def run(self) -> dict[str, int]:
         out = {"checked": 0, "restarted": 0, "failed": 0, "dead_lettered": 0}
         now = int(self.clock())
@@ -49,7 +56,7 @@ class TurnSweeper:
                 continue
             if turn.restarts >= MAX_RESTARTS or now > turn.running_until:
                 why = "the turn stopped and was restarted too often" if turn.restarts else "the turn ran out of time"
-                out["failed"] += self.turns.fail(turn, "turn_failed", why, self.now())
+                out["failed"] += self.ends.given_up(turn, why)
                 continue
             body = {"turnId": turn.turn_id, "conversationId": turn.conversation_id, "token": turn.handover_token}
             self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(body))
@@ -63,8 +70,6 @@ class TurnSweeper:
             except (ValueError, KeyError, TypeError):
                 dead = None
             if dead is not None and dead.status == "running":
-                out["dead_lettered"] += self.turns.fail(
-                    dead, "turn_failed", "the turn failed in the worker", self.now()
-                )
+                out["dead_lettered"] += self.ends.given_up(dead, "the turn failed in the worker")
             self.sqs.delete_message(QueueUrl=self.dlq_url, ReceiptHandle=message["ReceiptHandle"])
         return out

@@ -1,4 +1,8 @@
-"""Customer routes: a chat turn and the customer's own conversations."""
+"""Customer routes: a chat turn and the customer's own conversations.
+
+A turn's route keeps only HTTP (the body, the token, the Idempotency-Key and Prefer headers, the status and the
+body of the answer); its lifecycle, claim to end, is agent/lifecycle.py's, as the worker's is.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +14,17 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.agent.handover import HandedOver, HandOver
+from support_agent.agent.lifecycle import Answered, Ask, Running, TurnLifecycle
 from support_agent.api import pagination
-from support_agent.api.contract import error_body, status_and_code
 from support_agent.api.http import json_response
 from support_agent.api.route_docs import json_body, responses
-from support_agent.api.views import conversation_summary, conversation_view, turn_body, turn_view
+from support_agent.api.views import conversation_summary, conversation_view, turn_view
 from support_agent.auth import require_customer
-from support_agent.clock import utc_now
-from support_agent.errors import Conflict, InvalidRequest, NotFound, ServiceError, TooLarge
-from support_agent.ids import CONVERSATION_ID, new_conversation_id
+from support_agent.errors import InvalidRequest, NotFound, TooLarge
+from support_agent.ids import CONVERSATION_ID
 from support_agent.messages import Deadline
-from support_agent.payments.vocabulary import customer_status
-from support_agent.store.turns import IDEMPOTENCY_KEY, Turn, fingerprint
+from support_agent.refunds.vocabulary import customer_status
+from support_agent.store.turns import IDEMPOTENCY_KEY, Turn
 from support_agent.wiring import ChatServices, chat_services
 
 router = APIGatewayHttpRouter()
@@ -81,86 +83,44 @@ def chat(body: ChatRequest) -> Any:
     services = chat_services()
     s = services.settings
     sync = Deadline.after(s.sync_turn_seconds)  # the synchronous part's time, from the request's start
-    customer_id = require_customer(_principal())
+    principal = _principal()
+    customer_id = require_customer(principal)
     if not body.message.strip():
         raise InvalidRequest("message: must not be blank")
     if len(body.message) > s.max_message_chars:
         raise TooLarge(f"message is longer than {s.max_message_chars} characters")
     event = router.current_event
-    key = (event.headers or {}).get("idempotency-key")
+    headers = event.headers or {}
+    key = headers.get("idempotency-key")
     if key is not None and not IDEMPOTENCY_KEY.match(key):
         raise InvalidRequest("Idempotency-Key: 1 to 255 visible ASCII characters")
-    print_ = fingerprint(body.conversationId, body.message)
-    now_epoch = int(time.time())
-    if key is not None:  # before the rate limit: a resend costs no token and runs nothing
-        existing = services.turns.by_key(customer_id, key, print_, now_epoch)
-        if existing is not None:
-            return replay(existing, now_epoch)
-    services.limiter.take(customer_id)  # before the lease and the model: a refused turn costs nothing
-    request_id = event.request_context.request_id or "local"
-    new_id = None if body.conversationId else new_conversation_id()
-    claim = services.turns.claim(
-        customer_id,
-        _principal().sub,
-        key,
-        print_,
-        body.conversationId or str(new_id),
-        new_id is not None,
-        body.message,
-        now=utc_now(),
-        now_epoch=now_epoch,
-        running_seconds=int(s.turn_deadline_seconds) + s.lease_seconds,
-    )
-    if claim.turn is None:  # a concurrent request with this key claimed it first
-        assert claim.existing is not None
-        return replay(claim.existing, now_epoch)
-    turn = claim.turn
-    stored: list[bool] = []
-    handover = _handover(services, turn, sync, event.headers or {})
-    try:
-        result = services.agent.run_turn(
-            _principal(),
-            customer_id,
-            body.conversationId,
-            body.message,
-            request_id,
-            _deadline(router.lambda_context, s.turn_deadline_seconds, s.persist_reserve_seconds),
-            new_id=new_id,
-            stored=lambda: stored.append(True),
-            handover=handover,
-            turn_id=turn.turn_id,
-        )
-    except HandedOver:  # the worker finishes it: its record says when (Location)
-        return _running(turn, {"Preference-Applied": "respond-async"} if handover and handover.at_once else {})
-    except ServiceError as exc:
-        status, _code = status_and_code(exc)
-        if stored:  # the history moved: a resend gets this answer, not a second turn
-            services.turns.finish(turn, status, error_body(exc), utc_now())
-        else:  # refused before anything was stored: the key is free again
-            services.turns.release(turn, key, status, error_body(exc), utc_now())
-        raise
-    out = turn_body(result, turn.turn_id, s.transparency == "verbose")
-    services.turns.finish(turn, 200, out, utc_now())
-    return out
-
-
-def _handover(services: ChatServices, turn: Turn, sync: Deadline, headers: dict[str, str]) -> HandOver | None:
-    """How this turn is handed to the worker when its next model call would not fit (None: no queue)."""
-    s = services.settings
-    if not s.turn_queue_url:
-        return None
     prefer = {p.strip().split("=", 1)[0].lower() for p in headers.get("prefer", "").split(",")}
-    return HandOver(
+    ask = Ask(
+        principal,
+        customer_id,
+        body.conversationId,
+        body.message,
+        event.request_context.request_id or "local",
+        key=key,
+        at_once="respond-async" in prefer,
+    )
+    deadline = _deadline(router.lambda_context, s.turn_deadline_seconds, s.persist_reserve_seconds)
+    started = _lifecycle(services).start(ask, sync, deadline)
+    if isinstance(started, Answered):
+        return started.body
+    if isinstance(started, Running):
+        return _running(started.turn, {"Preference-Applied": "respond-async"} if started.asked else {})
+    return replay(started.turn)
+
+
+def _lifecycle(services: ChatServices) -> TurnLifecycle:
+    return TurnLifecycle(
+        services.settings,
+        services.agent,
         services.turns,
         services.conversations,
-        services.sqs,
-        s.turn_queue_url,
-        turn,
-        sync,
-        s.model_call_budget_seconds,
-        at_once="respond-async" in prefer,
-        lease_seconds=s.lease_seconds,
-        running_seconds=int(s.turn_max_seconds) + 2 * s.lease_seconds,
+        limiter=services.limiter,
+        sqs=services.sqs,
     )
 
 
@@ -176,12 +136,10 @@ def _running(turn: Turn, headers: dict[str, str]) -> Response[Any]:
     return json_response(202, body, {"Location": location, **headers})
 
 
-def replay(turn: Turn, now_epoch: int) -> Response[Any]:
-    """The answer a resend gets: the turn's own answer again, or 202 while it runs."""
-    if turn.status == "running" and not turn.interrupted(now_epoch):
+def replay(turn: Turn) -> Response[Any]:
+    """The answer a resend gets: 202 while its turn runs, else the turn's own answer again."""
+    if turn.status == "running":
         return _running(turn, {"Idempotent-Replayed": "true"})
-    if turn.status == "running":  # its function died mid-turn; the next turn's repair answers what it left open
-        raise Conflict("the turn with this Idempotency-Key was interrupted; send the message again with a new key")
     return json_response(turn.response_status or 500, turn.response or {}, {"Idempotent-Replayed": "true"})
 
 

@@ -1,7 +1,7 @@
 """The conversation's event feed: what a page shows while a turn runs, and a lead's decision without a reload.
 
 Served by EventsFunction (128 MB, reserved concurrency), not the chat function: a client waiting up to
-``waitSeconds`` holds a small function, and the feed is read from what is stored (api/feed.py), never written.
+``waitSeconds`` holds a small function, and the feed is read from what is stored (feed.py), never written.
 That concurrency is every customer's, so a poll waits only while it holds one of its customer's few waiting slots
 (store/polls.py); without one it answers at once.
 """
@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from support_agent.api.feed import Cursor
 from support_agent.api.route_docs import responses
 from support_agent.auth import require_customer
 from support_agent.errors import NotFound
+from support_agent.feed import Cursor
 from support_agent.ids import CONVERSATION_ID
 from support_agent.store.polls import WAITS_PER_CUSTOMER
 from support_agent.wiring import events_services

@@ -1,8 +1,9 @@
 """The HTTP error contract on Powertools' resolver, shared by every function.
 
 Every error is ``{"error": {"code", "message"}}``: validation answers 400 (not Powertools' 422),
-unknown routes 404, each domain error the status `api/contract.py` gives it (with Retry-After where the table says so).
-Authentication runs before validation, so an anonymous client learns nothing about the schema.
+unknown routes 404, each domain error the status `contract.py` gives it (with Retry-After where the table says so).
+Authentication runs before validation, so an anonymous client learns nothing about the schema; the
+authenticator is the function's to hand in (the composition root's, from functions/*/app.py).
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
-from support_agent import wiring
-from support_agent.api.contract import error_body, status_and_code
-from support_agent.auth import Principal
+from support_agent.auth import Authenticator, Principal
+from support_agent.contract import error_body, status_and_code
 from support_agent.errors import InvalidRequest, NotFound, ServiceError, TooLarge
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,10 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def build_resolver(public_paths: Iterable[str] = ("/api/health",)) -> APIGatewayHttpResolver:
+def build_resolver(
+    authenticator: Callable[[], Authenticator], public_paths: Iterable[str] = ("/api/health",)
+) -> APIGatewayHttpResolver:
+    """``authenticator``: the process's (called per request, so it is built on the first token to verify)."""
     app = APIGatewayHttpResolver(enable_validation=True)
     public = frozenset(public_paths)
 
@@ -70,7 +73,7 @@ def build_resolver(public_paths: Iterable[str] = ("/api/health",)) -> APIGateway
 
     def authenticate(app: APIGatewayHttpResolver, next_middleware: Callable[..., Response]) -> Response:
         if app.current_event.raw_path not in public:
-            app.append_context(principal=wiring.authenticator().authenticate(app.current_event.headers))
+            app.append_context(principal=authenticator().authenticate(app.current_event.headers))
         return next_middleware(app)
 
     app.use([authenticate])

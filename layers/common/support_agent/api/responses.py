@@ -13,7 +13,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.payments.vocabulary import CustomerRefundStatus, LedgerStatus
+from support_agent.refunds.vocabulary import CustomerRefundStatus, LedgerStatus
 from support_agent.store import approvals
 from support_agent.store.approvals import ApprovalStatus
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from support_agent.api.contract import CONTRACT
+from support_agent.contract import CONTRACT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from support_agent.agent.untrusted import unfence
 from support_agent.store.conversations import Header, StoredMessage
 from support_agent.store.turns import Turn
 
-if TYPE_CHECKING:
-    from support_agent.agent.loop import TurnResult
-
-
-# What TRANSPARENCY=quiet keeps out of every body a customer reads: which tool ran, what it was given, what it
-# answered. The conversation view leaves out its toolCalls (these and isError), the event feed these fields of its
-# tool events, the chat answer its trace. One declaration, so the view and the feed cannot disagree again.
-QUIET_HIDES = ("name", "input", "result")
-
-
-def tool_fields(fields: dict[str, Any], *, verbose: bool) -> dict[str, Any]:
-    """A tool call's fields as a customer reads them: all when verbose, none of QUIET_HIDES when quiet."""
-    return dict(fields) if verbose else {k: v for k, v in fields.items() if k not in QUIET_HIDES}
+# What TRANSPARENCY=quiet hides (QUIET_HIDES) is declared once, in feed.py, beside the feed that applies it field by
+# field; the conversation view leaves a tool call out whole.
 
 
 def _text(content: list[dict[str, Any]]) -> str:
@@ -76,7 +65,9 @@ def conversation_summary(header: Header) -> dict[str, Any]:
 
 
 def turn_view(turn: Turn, now_epoch: int) -> dict[str, Any]:
-    """A turn record as its owner reads it: a refused or interrupted turn reads as failed, with why."""
+    """A turn record as its owner reads it: a refused or interrupted turn reads as failed, with why. A completed
+    turn's ``response`` is its stored answer, the very body the chat function sends (agent/finish.py renders
+    both)."""
     error: dict[str, Any] | None = None
     status = turn.status
     if turn.interrupted(now_epoch):
@@ -90,21 +81,3 @@ def turn_view(turn: Turn, now_epoch: int) -> dict[str, Any]:
         "response": turn.response if status == "completed" else None,
         "error": error,
     }
-
-
-def turn_body(result: TurnResult, turn_id: str, verbose: bool) -> dict[str, Any]:
-    """A turn's 200 body: the same whether the chat function or the worker finished it."""
-    out: dict[str, Any] = {
-        "conversationId": result.conversation_id,
-        "turnId": turn_id,
-        "reply": result.reply,
-        "stopReason": result.stop_reason,
-        "iterations": result.iterations,
-        "inputTokens": result.usage.input_tokens,
-        "outputTokens": result.usage.output_tokens,
-        "cacheReadInputTokens": result.usage.cache_read_input_tokens,
-        "cacheCreationInputTokens": result.usage.cache_creation_input_tokens,
-    }
-    if verbose:
-        out["trace"] = result.trace
-    return out

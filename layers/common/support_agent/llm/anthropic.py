@@ -29,8 +29,7 @@ import httpx
 from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.base import LlmResponse, Seams
-from support_agent.llm.http import HttpClient
-from support_agent.llm.keys import key_provider
+from support_agent.llm.http_client import HttpClient
 from support_agent.llm.messages_api import build_body, encode_body, parse_response
 from support_agent.llm.retry import (
     SPEND_LIMIT,
@@ -43,6 +42,7 @@ from support_agent.llm.retry import (
     retry_after_header,
 )
 from support_agent.messages import Message
+from support_agent.secrets import key_provider
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Every adapter gets the same `RetryPolicy` (attempts, backoff, timeouts, the breaker) and the same
 `Seams`; what else it needs it reads from `Settings` itself (`from_settings`), so a new provider is
 one adapter file and one row here. An adapter is imported only when chosen: a cold start pays for
-one, and Bedrock's imports no HTTP client. API keys: `llm/keys.py`; Bedrock uses the function's IAM role
+one, and Bedrock's imports no HTTP client. API keys: `secrets.py`; Bedrock uses the function's IAM role
 instead.
 """
 

@@ -29,8 +29,7 @@ import httpx
 from support_agent.config import Settings
 from support_agent.errors import ModelUnavailable
 from support_agent.llm.base import LlmResponse, Seams
-from support_agent.llm.http import HttpClient
-from support_agent.llm.keys import key_provider
+from support_agent.llm.http_client import HttpClient
 from support_agent.llm.messages_api import encode_body
 from support_agent.llm.retry import (
     SPEND_LIMIT,
@@ -44,6 +43,7 @@ from support_agent.llm.retry import (
 )
 from support_agent.llm.translate import openai_request, parse_openai_response
 from support_agent.messages import Message
+from support_agent.secrets import key_provider
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})

@@ -1,7 +1,8 @@
 """``MCP_SERVERS``: which outside servers' tools the model may see, each pinned to what an operator reviewed.
 
-Validated at cold start (config.py), so a typo stops the deployment instead of silently dropping a tool. No
-``mcp`` import: the chat function parses this whether or not it ever talks MCP.
+Validated by the MCP code itself when the loop's tools are built (wiring.py ``build_tool_source``: the function's
+cold start, before the snapshot with SnapStart), so a typo fails the function instead of silently dropping a tool;
+config.py, at the bottom of the package, keeps the raw string. No ``mcp`` import here.
 """
 
 from __future__ import annotations

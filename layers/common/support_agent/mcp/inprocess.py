@@ -18,9 +18,9 @@ from typing import Any
 import mcp.types as types
 from mcp import Client
 
+from support_agent.mcp.our_tools import McpServices
 from support_agent.mcp.server import IN_PROCESS, OUTCOME_META_KEY, InProcessCall, build_server
 from support_agent.mcp.sync import run_sync
-from support_agent.mcp.tools import McpServices
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 CLIENT_INFO = types.Implementation(name="support-agent-chat", version="1.0.0")

@@ -1,10 +1,10 @@
-"""The MCP server object: the official SDK's low-level ``Server`` answering from mcp/tools.py.
+"""The MCP server object: the official SDK's low-level ``Server`` answering from mcp/our_tools.py.
 
 The low-level server (not ``MCPServer``) because the tools' schemas are the registry's own (the pydantic
 models' JSON Schema, passed through untouched) and each call reads ``params._meta`` itself. Built once per
-process (`server()`), reused by every invocation: it holds no per-request state. Who is calling comes from
-the ASGI scope that mcp/http.py fills after verifying the token (`PRINCIPAL_SCOPE_KEY`), never from the
-JSON-RPC message.
+process by the composition root (wiring.py), reused by every invocation: it holds no per-request state. Who is
+calling comes from the ASGI scope that mcp/endpoint.py fills after verifying the token (`PRINCIPAL_SCOPE_KEY`),
+never from the JSON-RPC message.
 
 The chat's ``TOOL_MODE=mcp`` (mcp/inprocess.py) talks to a server built here over the chat's own registry,
 through the SDK's in-process client: the call's `ToolContext` (principal, conversation, seq, tool_use_id,
@@ -29,12 +29,12 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from support_agent.auth import Principal
-from support_agent.mcp.tools import IDEMPOTENCY_META_KEY, McpServices, call_tool, mcp_services, tool_definitions
+from support_agent.mcp.our_tools import IDEMPOTENCY_META_KEY, McpServices, call_tool, tool_definitions
 from support_agent.tools.registry import ToolContext
 
 SERVER_NAME = "support-agent"
 SERVER_VERSION = "1.0.0"
-# The verified Principal of the request, put into the ASGI scope by mcp/http.py before the SDK sees it.
+# The verified Principal of the request, put into the ASGI scope by mcp/endpoint.py before the SDK sees it.
 PRINCIPAL_SCOPE_KEY = "support_agent.principal"
 UNKNOWN_CLIENT = "unknown"
 _MAX_CLIENT_NAME = 100
@@ -64,7 +64,7 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
     request = ctx.request
     scope = getattr(request, "scope", None)
     value = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, Mapping) else None
-    if not isinstance(value, Principal):  # mcp/http.py authenticates every request first: a wiring bug
+    if not isinstance(value, Principal):  # mcp/endpoint.py authenticates every request first: a wiring bug
         raise RuntimeError("MCP request without a verified principal")
     return value
 
@@ -97,8 +97,9 @@ def _text_result(payload: dict[str, Any], is_error: bool, outcome: str | None = 
     )
 
 
-def build_server(services: Callable[[], McpServices] = mcp_services) -> Server[Any]:
-    """A low-level Server over the registry's tools; ``services`` is called on the first tool request."""
+def build_server(services: Callable[[], McpServices]) -> Server[Any]:
+    """A low-level Server over the registry's tools; ``services`` is called on the first tool request (so the
+    registry and its clients wait for one)."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -145,14 +146,3 @@ def _in_process(registry: Any, params: types.CallToolRequestParams, call: InProc
         call.error = exc
         return _text_result({"error": "the tool failed"}, True, "error")
     return _text_result(outcome.result, outcome.is_error, outcome.outcome)
-
-
-_server: Server[Any] | None = None
-
-
-def server() -> Server[Any]:
-    """The process's server, built on first use (module state survives warm invocations)."""
-    global _server
-    if _server is None:
-        _server = build_server()
-    return _server

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar, get_args
 from botocore.exceptions import ClientError
 
 from support_agent.errors import Conflict
-from support_agent.payments.vocabulary import LedgerStatus, customer_status
+from support_agent.refunds.vocabulary import LedgerStatus, customer_status
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_condition, head_set
 from support_agent.store.customer_data import order_key
@@ -47,7 +47,7 @@ DECIDED: tuple[str, ...] = ("REFUNDED", "REJECTED", "EXPIRED", "FAILED", "RELEAS
 @dataclass(frozen=True, kw_only=True)
 class Approval(Record):
     """An approval item, every attribute any writer sets: `RefundWriter.reserve` writes it PENDING, the decisions
-    here move it, and the refund's ledger (store/ledger.py) records the provider's refund on it. The lead's
+    here move it, and the refund's ledger (refunds/ledger.py) records the provider's refund on it. The lead's
     view (api/responses.py ``Approval.of``) is built from it."""
 
     KIND: ClassVar[str] = "approval"
@@ -64,7 +64,7 @@ class Approval(Record):
     conversation_id: str | None = None  # none for an MCP call: nothing to announce to
     tool_use_id: str = ""
     request_sk: str = ""
-    dedupe_sk: str | None = None  # a held request's dedupe item (store/refunds.py `held_sk`)
+    dedupe_sk: str | None = None  # a held request's dedupe item (refunds/requests.py `held_sk`)
     payment_intent: str | None = None
     requested_by: str = ""
     # The decisions (``_Change.sets``) and the leads' notification (its claim, then when it went out).
@@ -76,7 +76,7 @@ class Approval(Record):
     retries: int = optional(0)
     notify_claim_until: str | None = None
     notified_at: str | None = None
-    # The refund, as its ledger row last recorded it (store/ledger.py `_approval_update`).
+    # The refund, as its ledger row last recorded it (refunds/ledger_table.py `_approval_update`).
     updated_at: str | None = None
     refund_provider: str | None = None
     refund_status: LedgerStatus | None = None
@@ -316,7 +316,7 @@ class ApprovalStore:
         return updated
 
     def _dedupe_release(self, approval: Approval, change: _Change) -> dict[str, Any] | None:
-        """A held request's dedupe item (store/refunds.py `held_sk`) is released by the decision that ends its
+        """A held request's dedupe item (refunds/requests.py `held_sk`) is released by the decision that ends its
         approval's PENDING (approve, reject, expire: each happens once), so the same request may be asked again;
         the later decisions (its refund, failure, release) find it released. An UpdateItem, not a delete: no role
         holds DeleteItem. While the approval is PENDING the item is its own (a reserve replaces only an item

@@ -18,8 +18,8 @@ REFUNDABLE_STATUSES = ("DELIVERED", "SHIPPED")
 
 @dataclass(frozen=True, kw_only=True)
 class Order(Record):
-    """An order (``ORDER#<id>``). Its money moves only by the conditional updates of store/refunds.py,
-    store/ledger.py and store/approvals.py: ``available + reserved + refunded = total``."""
+    """An order (``ORDER#<id>``). Its money moves only by the conditional updates of refunds/requests.py,
+    the refund ledger (refunds/ledger.py) and store/approvals.py: ``available + reserved + refunded = total``."""
 
     KIND: ClassVar[str] = "order"
 

@@ -12,7 +12,7 @@ conversation erased, and never opens a second ticket for it.
 
 An MCP call has no conversation: its customer's open MCP ticket is named by a per-customer item of the
 Conversations table instead, ``mcp#<customer_id>`` / 0 (the ``holder``; it also holds the customer's MCP audit
-stream's head, mcp/tools.py, and never carries ``customer_id`` or ``updated_at``), created by the first open;
+stream's head, mcp/our_tools.py, and never carries ``customer_id`` or ``updated_at``), created by the first open;
 the ticket records its ``holder`` and no ``conversation_id``, and closing it frees the holder the same way.
 """
 

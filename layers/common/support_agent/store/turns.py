@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 
 from botocore.exceptions import ClientError
 
-from support_agent.errors import Conflict, ServiceError
+from support_agent.errors import Conflict, IdempotencyKeyReused
 from support_agent.ids import ulid
 from support_agent.store.dynamo import (
     DynamoDBClient,
@@ -50,12 +50,6 @@ TurnStatus = Literal["running", "completed", "failed", "refused"]
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # A turn's end: its answer stored, and out of the sparse index of handed-over turns still running.
 _ENDED = "SET #st = :st, reply_status = :code, reply_body = :body, finished_at = :now REMOVE #run, lease_check_at"
-
-
-class IdempotencyKeyReused(ServiceError):
-    """The key was used with another request body: the client reused it by mistake."""
-
-    kind = "idempotency_key_reused"
 
 
 def fingerprint(conversation_id: str | None, message: str) -> str:
@@ -250,15 +244,31 @@ class TurnStore:
             return Claim(existing=existing)
         return Claim(turn=turn)
 
-    def finish(self, turn: Turn, status: int, body: dict[str, Any], now: str) -> None:
+    def finish(self, turn: Turn, status: int, body: dict[str, Any], now: str, *, announce: bool = False) -> bool:
         """The answer the turn ended with: ``completed`` (200) or ``failed`` (an error after something was
-        stored). A resend with its key gets exactly this answer."""
+        stored). A resend with its key gets exactly this answer. ``announce`` (the turn sweep's, which no request
+        waits on): the failure is also a ``turn.failed`` notification, in the same transaction (the record says
+        ``announced``), and a turn that ended meanwhile is left as it is (False)."""
         state = "completed" if status == 200 else "failed"
-        self._set(
-            turn,
-            _ENDED,
-            {":st": state, ":code": status, ":body": _pack(body), ":now": now},
+        values = {":st": state, ":code": status, ":body": _pack(body), ":now": now}
+        if not announce:
+            self._set(turn, _ENDED, values)
+            return True
+        update = self._update(turn, _ENDED.replace("SET ", "SET announced = :yes, ", 1), {**values, ":yes": True})
+        note = Notification(
+            conversation_id=turn.conversation_id,
+            type="turn.failed",
+            at=now,
+            data={"error": body["error"]},
+            turn_id=turn.turn_id,
         )
+        try:
+            self._notes.transact([{"Update": update}], note)
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False  # it ended meanwhile
+            raise
+        return True
 
     def release(self, turn: Turn, key: str | None, status: int, body: dict[str, Any], now: str) -> None:
         """Refused before anything was stored: the turn says so, and its key is free for the resend. Its message
@@ -282,7 +292,7 @@ class TurnStore:
                 if not is_conditional_failure(exc):
                     raise
 
-    # -- the hand-over (agent/handover.py) and the worker's take-over ---------------------------------
+    # -- the hand-over (agent/handover.py) and the worker's take-over (agent/lifecycle.py) -------------
 
     def hand_over(
         self,
@@ -381,30 +391,6 @@ class TurnStore:
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
-
-    def fail(self, turn: Turn, code: str, message: str, now: str) -> bool:
-        """The sweep ends a turn it gave up on: ``failed`` with ``{"error": {code, message}}`` (500), and a
-        ``turn.failed`` notification in the same transaction (the conversation's feed says so: ``announced``)."""
-        error = {"code": code, "message": message}
-        update = self._update(
-            turn,
-            _ENDED.replace("SET ", "SET announced = :yes, ", 1),
-            {":st": "failed", ":code": 500, ":body": _pack({"error": error}), ":now": now, ":yes": True},
-        )
-        note = Notification(
-            conversation_id=turn.conversation_id,
-            type="turn.failed",
-            at=now,
-            data={"error": error},
-            turn_id=turn.turn_id,
-        )
-        try:
-            self._notes.transact([{"Update": update}], note)
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False  # it ended meanwhile
-            raise
-        return True
 
     def _set(self, turn: Turn, update: str, values: dict[str, Any], also: str = "") -> None:
         """An update of a running turn's record (and ``also``, a further condition)."""

@@ -33,7 +33,7 @@ class ToolContext:
     request_id: str
     now: str
     deadline: Deadline | None = None  # the turn's: a call outside AWS (the payment provider) stays within it
-    # An MCP call's (mcp/tools.py): its keys are ("mcp", customer id, the hashed idempotency key or a fresh id) in
+    # An MCP call's (mcp/our_tools.py): its keys are ("mcp", customer id, the hashed idempotency key or a fresh id) in
     # place of (conversation, seq, tool_use_id); no conversation owns what it writes (no feed is told), and
     # ``held`` (no idempotency key) makes a refund of any amount wait for a lead, an identical one pending
     # answered by its approval.
@@ -84,8 +84,8 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 class ToolSource(Protocol):
-    """What the loop calls tools through: the registry itself, or the same tools over MCP in process plus
-    outside servers' (mcp/client.py). The loop cannot tell which one it holds."""
+    """What the loop calls tools through: the registry itself, or the same tools over MCP in process
+    (mcp/inprocess.py), either followed by outside servers' (mcp/outside.py). The loop cannot tell which it holds."""
 
     @property
     def specs(self) -> list[dict[str, Any]]: ...
@@ -125,7 +125,7 @@ class ToolRegistry:
 
     def validated(self, name: str, raw: Any) -> dict[str, Any] | ToolOutcome:
         """The input as the tool would get it (JSON values, defaults filled in), or why it is refused: what an
-        MCP idempotency key is bound to (mcp/tools.py), so two spellings of one input are one call."""
+        MCP idempotency key is bound to (mcp/our_tools.py), so two spellings of one input are one call."""
         parsed = self._parse(name, raw)
         return parsed if isinstance(parsed, ToolOutcome) else parsed[1].model_dump(mode="json")
 

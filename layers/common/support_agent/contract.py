@@ -1,13 +1,15 @@
-"""The HTTP contract's error table: each domain error's status and code (docs/ARCHITECTURE.md).
+"""The contract's error table: each domain error's status and code (docs/ARCHITECTURE.md).
 
-The one place a domain error becomes HTTP. Every error body is ``{"error": {"code", "message"}}``;
-429 and 503 carry ``Retry-After`` when the error knows it.
+Plain data, no HTTP types: the edges answer from it (`api/http.py`, the MCP and webhook endpoints), and so does
+a turn's end (`agent/finish.py`), since a turn record keeps the answer a resend of its request gets. Every error
+body is ``{"error": {"code", "message"}}``; 429 and 503 carry ``Retry-After`` when the error knows it.
 """
 
 from __future__ import annotations
 
 from support_agent.errors import (
     Conflict,
+    IdempotencyKeyReused,
     InvalidRequest,
     ModelRefused,
     ModelUnavailable,
@@ -19,7 +21,6 @@ from support_agent.errors import (
     TooLarge,
     Unauthenticated,
 )
-from support_agent.store.turns import IdempotencyKeyReused
 
 CONTRACT: dict[type[ServiceError], tuple[int, str]] = {
     InvalidRequest: (400, "bad_request"),

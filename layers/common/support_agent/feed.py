@@ -12,7 +12,8 @@ an event committed late:
   the sweep, by number.
 
 The two are merged by time (``at``); each event carries the cursor that resumes right after it. The cursor is
-opaque (base64url JSON) and names its conversation: it cannot be used on another one.
+opaque (base64url JSON) and names its conversation: it cannot be used on another one. A read model, no HTTP:
+api/events_routes.py is its edge (EventsFunction).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from support_agent.agent.untrusted import unfence
-from support_agent.api.views import tool_fields
 from support_agent.clock import iso
 from support_agent.errors import InvalidRequest
 from support_agent.store.conversations import ConversationStore, StoredMessage
@@ -42,6 +42,11 @@ BACKOFF = (0.25, 0.5, 1.0, 2.0)  # seconds between reads of one poll; the last r
 # is far below this; a forged one above it would reach a Query as more digits than DynamoDB's 38 (decimal.Inexact).
 MAX_CURSOR_NUMBER = 2**53 - 1
 INTERRUPTED = {"code": "turn_interrupted", "message": "the turn did not finish; send it again"}
+# What TRANSPARENCY=quiet keeps out of every body a customer reads: which tool ran, what it was given, what it
+# answered. The feed leaves these fields out of its tool events; the conversation view (api/views.py) leaves out
+# its toolCalls whole (these and isError), the chat answer its trace. One declaration, so the view and the feed
+# cannot disagree again (tests/integration/test_quiet.py).
+QUIET_HIDES = ("name", "input", "result")
 # What the feed needs of a turn record (its stored answer only for the totals; the message and what a hand-over
 # carried never): the fields a turn record must have, and those the feed's events are made of.
 _TURN_FIELDS = (
@@ -105,6 +110,11 @@ class Cursor:
 class Page:
     events: list[dict[str, Any]]
     cursor: Cursor
+
+
+def tool_fields(fields: dict[str, Any], *, verbose: bool) -> dict[str, Any]:
+    """A tool call's fields as a customer reads them: all when verbose, none of QUIET_HIDES when quiet."""
+    return dict(fields) if verbose else {k: v for k, v in fields.items() if k not in QUIET_HIDES}
 
 
 def _text(content: list[dict[str, Any]]) -> str:

@@ -25,7 +25,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from support_agent.messages import Deadline
-from support_agent.payments.port import (
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import LedgerRace, LedgerRow, Outcome
+from support_agent.refunds.provider.port import (
     OutcomeUnknown,
     PaymentError,
     PaymentProvider,
@@ -33,7 +35,6 @@ from support_agent.payments.port import (
     ProviderRefused,
     ProviderUnavailable,
 )
-from support_agent.store.ledger import LedgerRace, LedgerRow, Outcome, RefundLedger
 
 logger = logging.getLogger(__name__)
 # Stripe keeps an idempotency key's first answer for 24 hours; an attempt older than half that is looked

@@ -1,5 +1,8 @@
 """Stripe's webhooks (``POST /webhooks/stripe``): what the provider says of a refund, applied once, never backwards.
 
+`StripeWebhooks.receive` takes the raw body and the ``Stripe-Signature`` header; the HTTP edge (the API Gateway
+event, the body's shape, the error contract, the response) is api/stripe_webhook.py's.
+
 Signature, as Stripe documents it (https://docs.stripe.com/webhooks#verify-manually): the
 ``Stripe-Signature`` header is ``t=<unix seconds>,v1=<hex>[,v1=<hex>…]`` (other schemes, ``v0``, are
 ignored); ``v1`` is HMAC-SHA256, keyed by the endpoint's signing secret, of ``<t>.<raw body>``. A request
@@ -22,25 +25,23 @@ reconciliation finding.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from support_agent.errors import InvalidRequest, ServiceError, TooLarge
-from support_agent.payments.port import ProviderRefund
-from support_agent.payments.settle import RefundSettler
-from support_agent.refunds import keys as refund_keys
+from support_agent.errors import InvalidRequest, ServiceError
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import Duplicate, LedgerRow
+from support_agent.refunds.provider.port import ProviderRefund
+from support_agent.refunds.settle import RefundSettler
 from support_agent.store.dynamo import put_new
-from support_agent.store.ledger import Duplicate, LedgerRow, RefundLedger
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +49,6 @@ TOLERANCE_SECONDS = 300  # Stripe's libraries' default: a replayed request older
 SCHEME = "v1"
 HANDLED = frozenset({"refund.updated", "refund.failed", "charge.refund.updated"})
 ACTOR = "stripe-webhook"
-# A refund event is a few kB; far above that is not Stripe's.
-MAX_BODY_BYTES = 256 * 1024
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 
 Outcome = Literal["applied", "unchanged", "duplicate", "ignored", "unknown_refund"]
@@ -141,20 +140,6 @@ class WebhookResult:
     refund_status: str = ""  # the provider's
     ledger_status: str = ""  # the row's, after
 
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"received": True, "outcome": self.outcome, "eventId": self.event_id}
-        if self.refund_id:
-            out["refundId"] = self.refund_id
-        if self.ledger_status:
-            out["ledgerStatus"] = self.ledger_status
-        return out
-
-
-def ledger_sk(refund: ProviderRefund) -> tuple[int, str] | None:
-    """The ledger row a refund's metadata names — (customer id, sk) — or None when it names none of ours: every
-    origin's key (chat direct, MCP keyed, approved) by the one grammar, refunds/keys.py."""
-    return refund_keys.ledger_row_of(refund.refund_key, refund.metadata.get("customer_id", ""))
-
 
 class StripeWebhooks:
     """Receives one webhook request: verify, read the refund's row, apply the change once."""
@@ -175,26 +160,6 @@ class StripeWebhooks:
         self.clock = clock
         self.tolerance = tolerance
 
-    # -- the HTTP edge -------------------------------------------------------------------------------------------
-
-    def handle(self, event: Mapping[str, Any]) -> dict[str, Any]:
-        """An API Gateway (payload 2.0) event in, its proxy response out. The body is taken RAW: the bytes
-        Stripe signed (API Gateway base64-encodes it when ``isBase64Encoded``); it is never re-serialised."""
-        from support_agent.api.contract import error_body, status_and_code
-        from support_agent.api.http import body_problem
-
-        try:
-            payload = raw_body(event)
-            problem = body_problem(dict(event))  # the shape every route refuses alike (api/http.py)
-            if problem is not None:
-                raise InvalidRequest(problem)
-            header = _header(event.get("headers") or {}, "stripe-signature")
-            result = self.receive(payload, header)
-        except (InvalidRequest, TooLarge) as exc:
-            logger.warning("webhook refused", extra={"reason": exc.kind, "detail": exc.message})
-            return _response(status_and_code(exc)[0], error_body(exc))
-        return _response(200, result.body())
-
     # -- the event -----------------------------------------------------------------------------------------------
 
     def receive(self, payload: bytes, header: str | None) -> WebhookResult:
@@ -211,7 +176,7 @@ class StripeWebhooks:
         except ValidationError:
             raise InvalidRequest(f"body: {event.type} without a refund object") from None
         fields = {"event_id": event.id, "event_type": event.type, "refund_id": refund.id, "status": refund.status}
-        found = ledger_sk(refund)
+        found = refund.ledger_row
         row = self.ledger.get(*found) if found else None
         if row is None or row.refund_key != refund.refund_key:
             # Made outside our ledger (the dashboard, another system) or by a row since erased: the
@@ -260,27 +225,3 @@ class StripeWebhooks:
             },
             "sk",
         )
-
-
-def raw_body(event: Mapping[str, Any]) -> bytes:
-    """The request body as sent: API Gateway base64-encodes non-text bodies (``isBase64Encoded``)."""
-    body = event.get("body") or ""
-    if event.get("isBase64Encoded"):
-        try:
-            data = base64.b64decode(body, validate=True)
-        except ValueError:
-            raise InvalidRequest("body: invalid base64") from None
-    else:
-        data = str(body).encode("utf-8")
-    if len(data) > MAX_BODY_BYTES:
-        raise TooLarge(f"request body is larger than {MAX_BODY_BYTES} bytes")
-    return data
-
-
-def _header(headers: Mapping[str, Any], name: str) -> str | None:
-    value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == name), None)
-    return None if value is None else str(value)
-
-
-def _response(status: int, body: dict[str, Any]) -> dict[str, Any]:
-    return {"statusCode": status, "headers": {"Content-Type": "application/json"}, "body": json.dumps(body)}

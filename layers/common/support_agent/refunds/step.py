@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from support_agent.messages import Deadline
-from support_agent.payments.settle import RefundSettler
 from support_agent.refunds.keys import approved_refund_sk
+from support_agent.refunds.ledger_row import LedgerRace, ReservationMissing
+from support_agent.refunds.settle import RefundSettler
 from support_agent.store.approvals import Approval, ApprovalStore
-from support_agent.store.ledger import LedgerRace, ReservationMissing
 
 ACTOR = "refund-flow"
 RACE_ATTEMPTS = 3

@@ -8,7 +8,7 @@ The form of one attempt is built from its arguments alone, fields sorted and the
 the same bytes are resent on every retry: whoever sends an attempt (a turn, a repair, a replayed
 execution) sends it byte for byte, or Stripe would answer ``idempotency_error``.
 
-When an attempt is repeated (retry.py has the rules): Stripe saves the first response for an
+When an attempt is repeated (stripe_retry.py has the rules): Stripe saves the first response for an
 idempotency key once the endpoint began executing (a 500 included) and replays it with
 ``Idempotent-Replayed: true``; 409 (the key in use by a request in flight) and 429 are not saved.
 """
@@ -26,14 +26,14 @@ from pydantic import BaseModel, ValidationError
 from support_agent.config import Settings
 from support_agent.messages import Deadline
 from support_agent.outbound import http_client
-from support_agent.payments.port import (
+from support_agent.refunds.provider.port import (
     OutcomeUnknown,
     ProviderRefund,
     ProviderUnavailable,
     check_amount,
     refund_metadata,
 )
-from support_agent.payments.retry import StripePolicy, call
+from support_agent.refunds.provider.stripe_retry import StripePolicy, call
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class StripeProvider:
     def from_settings(
         cls, settings: Settings, *, transport: httpx.BaseTransport | None = None, secrets_client: Any = None
     ) -> StripeProvider:
-        from support_agent.payments.keys import stripe_key
+        from support_agent.refunds.provider.stripe_key import stripe_key
 
         return cls(
             stripe_key(settings, secrets_client),

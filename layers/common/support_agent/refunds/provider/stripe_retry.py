@@ -1,4 +1,4 @@
-"""When a Stripe request is repeated, and what a final answer means (the rules of payments/port.py).
+"""When a Stripe request is repeated, and what a final answer means (the rules of refunds/provider/port.py).
 
 Every repeat resends the same request — the same bytes, the same ``Idempotency-Key`` — so Stripe
 executes a refund at most once however often we ask:
@@ -27,7 +27,12 @@ import httpx
 from support_agent.config import Settings
 from support_agent.messages import Deadline
 from support_agent.outbound import attempt_timeout, full_jitter
-from support_agent.payments.port import DEFAULT_RETRY_AFTER, OutcomeUnknown, ProviderRefused, ProviderUnavailable
+from support_agent.refunds.provider.port import (
+    DEFAULT_RETRY_AFTER,
+    OutcomeUnknown,
+    ProviderRefused,
+    ProviderUnavailable,
+)
 
 log = logging.getLogger(__name__)
 

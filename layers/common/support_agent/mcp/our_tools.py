@@ -1,7 +1,8 @@
-"""The MCP tools: the registry's own tools for a customer's own assistant, under the chat's rules.
+"""Our tools over MCP: the registry's own tools for a customer's own assistant, under the chat's rules.
 
-The server (mcp/server.py) codes against `tool_definitions`, `call_tool` and `mcp_services`. This module
-imports nothing of the ``mcp`` SDK (plain dicts), so it stays light.
+The server (mcp/server.py) codes against `tool_definitions` and `call_tool`, on the `McpServices` the
+composition root builds (wiring.py) and hands it. This module imports nothing of the ``mcp`` SDK (plain dicts),
+so it stays light. (The outside servers' tools the agent uses are mcp/outside.py's.)
 
 * Scoping: the customer id is the verified principal's, never the arguments' (the registry refuses extra
   properties), so another customer's order answers like a missing one.
@@ -11,7 +12,7 @@ imports nothing of the ``mcp`` SDK (plain dicts), so it stays light.
   row, the ledger row and the hand-off's per-call record all follow from it, two customers' key "1" never
   meet, and a repeated call finds what the first recorded. Without a key the call gets a fresh id: a refund of
   any amount is then held for a lead (`ToolContext.held`; an identical pending request answers with its
-  approval, store/refunds.py `held_sk`), and a hand-off reuses the customer's open MCP ticket.
+  approval, refunds/requests.py `held_sk`), and a hand-off reuses the customer's open MCP ticket.
 * A key is bound to its first call: the Conversations item ``mcp#<customer_id>#key#<sha256(key)>`` / 0 holds the
   SHA-256 of the tool's name and its validated arguments' canonical JSON (`binding`), claimed before the tool
   runs. The same call again answers as recorded; another one (other arguments, another tool) is an ``is_error``
@@ -259,22 +260,3 @@ def append_audit(services: McpServices, customer_id: int, record: AuditRecord) -
             if error_code(exc) != "TransactionCanceledException":
                 raise
     raise RuntimeError(f"the MCP audit stream of customer {customer_id} kept moving")
-
-
-def build_mcp_services(settings: Any, ddb: Any, sqs: Any, payments: Any = None) -> McpServices:
-    """The chat's registry (the same tools, stores and settler) and the audit stream's tables."""
-    from support_agent.wiring import build_registry
-
-    return McpServices(
-        build_registry(settings, ddb, sqs, payments),
-        ddb,
-        settings.conversations_table,
-        settings.audit_table,
-    )
-
-
-def mcp_services() -> McpServices:
-    """Built once per process from the settings (wiring.py)."""
-    from support_agent import wiring
-
-    return wiring.mcp_services()

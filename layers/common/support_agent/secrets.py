@@ -1,7 +1,10 @@
-"""A model API key: from the environment as is, or from Secrets Manager, read on first use and cached.
+"""A secret the service reads: from the environment as is, or from Secrets Manager, read on first use and cached.
 
-Fetched on the first model call rather than at import, so cold starts and tests that never call the
-model need no AWS access; a missing key only fails the call that needs it (502 `model_error`).
+One reader for every secret we hold: the model API keys (llm/anthropic.py, llm/openai.py), the Stripe API key
+(refunds/provider/stripe_key.py), Stripe's webhook signing secrets and an outside MCP server's credential
+(wiring.py). Fetched on the first call that needs it rather than at import, so cold starts and tests that
+never call out need no AWS access; a missing secret only fails the call that needs it (`ModelUnavailable`,
+which each caller reads as its own: the model's 502 ``model_error``, the payment provider's unavailability).
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from support_agent.errors import ModelUnavailable
-from support_agent.llm.retry import DEFAULT_RETRY_AFTER
 
+# A failed read is transient: the caller may try again after this many seconds (as a model call's, llm/retry.py).
+RETRY_AFTER = 5
 _SECRET_KEYS = (
     "ANTHROPIC_API_KEY",
     "anthropic_api_key",
@@ -27,12 +31,15 @@ _SECRET_KEYS = (
 )
 
 
-def key_provider(key: str, arn: str, secrets_client: Any = None, max_age: int = 300) -> Callable[[], str]:
+def key_provider(
+    key: str, arn: str, secrets_client: Any = None, max_age: int = 300, *, what: str = "model API key"
+) -> Callable[[], str]:
     """A key from the environment as is; from Secrets Manager through Powertools parameters.
 
     The provider (and its cache) lives as long as the client, i.e. across warm invocations; after
     `max_age` seconds the next call reads the secret again, so a rotated key is picked up without a
-    deploy (docs/OPERATIONS.md). One read at a time; a failed read is not cached.
+    deploy (docs/OPERATIONS.md). One read at a time; a failed read is not cached. ``what`` names the
+    secret in the error of a failed read.
     """
     if key or not arn:
         return lambda: key
@@ -41,12 +48,12 @@ def key_provider(key: str, arn: str, secrets_client: Any = None, max_age: int = 
 
     def provide() -> str:
         with lock:
-            return _fetch_secret(arn, secrets_client, providers, max_age)
+            return _fetch_secret(arn, secrets_client, providers, max_age, what)
 
     return provide
 
 
-def _fetch_secret(arn: str, client: Any, providers: list[Any], max_age: int) -> str:
+def _fetch_secret(arn: str, client: Any, providers: list[Any], max_age: int, what: str) -> str:
     """The key from a plain-string secret or a JSON object holding it."""
     try:
         if not providers:
@@ -61,7 +68,7 @@ def _fetch_secret(arn: str, client: Any, providers: list[Any], max_age: int) -> 
         value = str(providers[0].get(arn, max_age=max_age) or "")
     except Exception as exc:  # any AWS or network fault: transient from the caller's point of view
         raise ModelUnavailable(
-            f"could not read the model API key secret ({type(exc).__name__})", retry_after=DEFAULT_RETRY_AFTER
+            f"could not read the {what} secret ({type(exc).__name__})", retry_after=RETRY_AFTER
         ) from None
     value = value.strip()
     if value.startswith("{"):

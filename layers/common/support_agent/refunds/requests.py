@@ -1,4 +1,8 @@
-"""Money writes: each one conditional TransactWriteItems with its own audit row.
+"""A refund request's money writes: each one conditional TransactWriteItems with its own audit row.
+
+A direct refund's REQUESTED ledger row with its reservation (`RefundWriter.direct`), an approval request's
+PENDING approval with its reservation (`RefundWriter.reserve`), and the dedupe item of a held request (an MCP
+call without an idempotency key). What is asked for, and which of them it gets, is decide.py's.
 
 Per order the invariant ``available + reserved + refunded = total`` holds after every write: each
 transaction moves an amount between those fields and is conditioned on ``available`` covering it.
@@ -13,6 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from support_agent.errors import LeaseLost
+from support_agent.refunds.ledger_row import LedgerRow
+from support_agent.refunds.ledger_table import LedgerTable
 from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audit_chain import Head, chain, head_after
@@ -27,7 +33,6 @@ from support_agent.store.dynamo import (
     to_item,
     to_values,
 )
-from support_agent.store.ledger import LedgerRow, RefundLedger
 
 
 def held_sk(order_id: int, amount_cents: int) -> str:
@@ -164,7 +169,7 @@ class RefundWriter:
         """Write the REQUESTED ledger row and reserve the amount, before any provider call; the row as written.
 
         Only while refunded + reserved + amount stays within the threshold; the provider's answer then
-        moves the reservation to refunded (or back), in `RefundLedger.record`. The audit row starts the
+        moves the reservation to refunded (or back), in `RefundLedger.record` (settlements.py). The audit row starts the
         refund key's stream (``refund#<key>``), whose head the ledger row holds.
         """
         need = max(r.amount_cents, r.total_cents - threshold_cents + r.amount_cents)
@@ -179,7 +184,7 @@ class RefundWriter:
         head = head_after(Head(), [audit]).attributes()
         self._transact(
             [
-                RefundLedger.new_row_item(self._customers, row, r.now, {"reason": r.reason, **head}),
+                LedgerTable.new_row_item(self._customers, row, r.now, {"reason": r.reason, **head}),
                 self._order_update(
                     r,
                     "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-# A ledger row's states (store/ledger.py), which an approval's ``refund_status`` repeats.
+# A ledger row's states (refunds/ledger_row.py), which an approval's ``refund_status`` repeats.
 LedgerStatus = Literal["REQUESTED", "SETTLING", "SUCCEEDED", "FAILED"]
 CustomerRefundStatus = Literal[
     "PENDING_APPROVAL", "REFUND_IN_PROGRESS", "REFUNDED", "REJECTED", "EXPIRED", "FAILED", "RELEASED"

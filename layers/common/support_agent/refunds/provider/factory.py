@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from support_agent.config import Settings
 from support_agent.messages import Deadline
-from support_agent.payments.port import PaymentProvider, ProviderRefund
+from support_agent.refunds.provider.port import PaymentProvider, ProviderRefund
 
 if TYPE_CHECKING:  # httpx itself only with the Stripe adapter: the lead API never loads it otherwise
     import httpx
@@ -23,10 +23,10 @@ def payment_provider_from_settings(
 ) -> PaymentProvider:
     """`transport` (httpx) carries Stripe's calls in tests; `secrets_client` may be a client or a factory."""
     if settings.payment_provider == "stripe":
-        from support_agent.payments.stripe import StripeProvider
+        from support_agent.refunds.provider.stripe import StripeProvider
 
         return StripeProvider.from_settings(settings, transport=transport, secrets_client=secrets_client)
-    from support_agent.payments.none import LedgerOnly
+    from support_agent.refunds.provider.none import LedgerOnly
 
     return LedgerOnly()
 

@@ -43,9 +43,10 @@ from typing import Any, Literal
 from support_agent import observability as obs
 from support_agent.clock import Clock, iso, parse_iso, utc_datetime
 from support_agent.messages import Deadline
-from support_agent.payments.port import PaymentError, PaymentProvider, ProviderRefund
-from support_agent.payments.settle import RefundSettler
-from support_agent.store.ledger import LedgerRace, LedgerRow, RefundLedger
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import LedgerRace, LedgerRow
+from support_agent.refunds.provider.port import PaymentError, PaymentProvider, ProviderRefund
+from support_agent.refunds.settle import RefundSettler
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from support_agent.errors import ServiceError
 from support_agent.messages import Deadline
-from support_agent.refunds.keys import split_attempt_key
+from support_agent.refunds.keys import ledger_row_of, split_attempt_key
 
 RefundStatus = Literal["pending", "requires_action", "succeeded", "failed", "canceled"]
 # A refund in one of these states moved no money and never will: `find` skips it.
@@ -70,6 +70,13 @@ class ProviderRefund(BaseModel):
     @property
     def refund_key(self) -> str:
         return self.metadata.get("refund_key", "")
+
+    @property
+    def ledger_row(self) -> tuple[int, str] | None:
+        """(customer id, sort key) of the ledger row the metadata names (its ``refund_key`` and ``customer_id``),
+        or None when it names none of ours: every origin's key (chat direct, MCP keyed, approved) by the one
+        grammar, refunds/keys.py. The webhook and reconciliation find a refund's row by it."""
+        return ledger_row_of(self.refund_key, self.metadata.get("customer_id", ""))
 
     @property
     def alive(self) -> bool:

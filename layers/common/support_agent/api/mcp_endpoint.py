@@ -1,11 +1,12 @@
-"""McpFunction's HTTP side: API Gateway v2 events in, the SDK's Streamable HTTP transport inside.
+"""McpFunction's HTTP edge: API Gateway v2 events in, the SDK's Streamable HTTP transport inside.
 
 Per invocation: route (``POST /mcp``, ``GET /mcp`` → 405, ``GET /.well-known/oauth-protected-resource``),
 then, before the JSON-RPC layer, the body's size, the bearer token (the same verification as /api; customers
 only) and, for a request carrying ``tools/call``, the customer's MCP rate limit. Then the event becomes an
 ASGI scope and body, served by a fresh stateless ``StreamableHTTPSessionManager`` (JSON responses) under
-``anyio.run`` around the process's one server object (mcp/server.py), and the ASGI response becomes the
-Lambda's answer. Stateless: any instance answers any request; nothing is kept between requests.
+``anyio.run`` around the process's one server object (mcp/server.py's, kept by the composition root), and the
+ASGI response becomes the Lambda's answer. Stateless: any instance answers any request; nothing is kept between
+requests. An edge like the routes beside it: errors in the API's contract (contract.py), services from wiring.py.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import anyio
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from support_agent import wiring
-from support_agent.api.contract import error_body, status_and_code
 from support_agent.auth import Principal, require_customer
 from support_agent.config import get_settings
+from support_agent.contract import error_body, status_and_code
 from support_agent.errors import NotPermitted, RateLimited, ServiceError, TooLarge, Unauthenticated
-from support_agent.mcp.server import PRINCIPAL_SCOPE_KEY, server
+from support_agent.mcp.server import PRINCIPAL_SCOPE_KEY
 from support_agent.store.ratelimit import RateLimiter
 
 MCP_PATH = "/mcp"
@@ -155,7 +156,7 @@ def asgi_scope(event: dict[str, Any], principal: Principal) -> dict[str, Any]:
 
 async def serve_asgi(scope: dict[str, Any], body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """One request through a fresh stateless session manager; returns the status, headers and body."""
-    manager = StreamableHTTPSessionManager(app=server(), json_response=True, stateless=True)
+    manager = StreamableHTTPSessionManager(app=wiring.mcp_server(), json_response=True, stateless=True)
     status = 500
     headers: list[tuple[bytes, bytes]] = []
     chunks: list[bytes] = []

@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Mapping
 
 from support_agent.messages import Deadline
-from support_agent.payments.port import ProviderRefund, ProviderRefused, check_amount, refund_metadata
+from support_agent.refunds.provider.port import ProviderRefund, ProviderRefused, check_amount, refund_metadata
 
 
 def ledger_refund_id(refund_key: str) -> str:

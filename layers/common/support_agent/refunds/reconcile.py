@@ -40,9 +40,9 @@ from typing import Any, Literal
 from support_agent import observability as obs
 from support_agent.clock import Clock, iso, parse_iso, utc_datetime
 from support_agent.messages import Deadline
-from support_agent.payments.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
-from support_agent.refunds import keys as refund_keys
-from support_agent.store.ledger import LedgerRow, RefundLedger
+from support_agent.refunds.ledger import RefundLedger
+from support_agent.refunds.ledger_row import LedgerRow
+from support_agent.refunds.provider.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
 
 logger = logging.getLogger(__name__)
 
@@ -139,12 +139,6 @@ class ReconciliationIncomplete(Exception):
     """The provider could not be read completely: no report, rather than a wrong one."""
 
 
-def ledger_sk_of(refund: ProviderRefund) -> tuple[int, str] | None:
-    """(customer id, sort key) of the ledger row a refund's metadata names, or None when it names none (the
-    grammar: refunds/keys.py)."""
-    return refund_keys.ledger_row_of(refund.refund_key, refund.metadata.get("customer_id", ""))
-
-
 class Reconciler:
     def __init__(
         self,
@@ -206,7 +200,7 @@ class Reconciler:
         for refund in list(refunds.values()):
             if not refund.refund_key or refund.refund_key in by_key:
                 continue
-            where = ledger_sk_of(refund)
+            where = refund.ledger_row
             older = self.ledger.get(*where) if where else None
             if older is not None and older.refund_key == refund.refund_key and older.provider == name:
                 by_key[older.refund_key] = older
