@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,7 +36,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.env import PYTHON, ROOT
+from bench.env import ROOT, run_module
 
 PRICES = ROOT / "bench" / "aws_prices.json"
 HOOK_DIR = ROOT / "bench" / "cost_hook"
@@ -252,6 +251,21 @@ def _tools(body: dict[str, Any]) -> list[str]:
     return [c["name"] for it in body.get("trace") or [] for c in it["toolCalls"]]
 
 
+def _scenario(
+    name: str, then: str, body: dict[str, Any], functions: Any, model_function: str = "ChatFunction", **more: Any
+) -> dict[str, Any]:
+    """A scenario's row: the turn's tools in order and ``then``, what each function did, the turn's tokens."""
+    return {
+        "name": name,
+        "what": " → ".join(_tools(body)) + then,
+        "functions": functions,
+        "usage": _usage(body),
+        "model_calls": body["iterations"],
+        "model_function": model_function,
+        **more,
+    }
+
+
 def _transitions(sfn: Any, arn: str, since: float) -> int:
     """State transitions (AWS bills each state entered) of the executions started after ``since``."""
     total = 0
@@ -284,19 +298,10 @@ class Client:
         body = r.json()
         assert r.status_code == 200 and body["iterations"] >= 2, body
         self.recorder.wait_quiet()
-        return {
-            "name": "read-only turn",
-            "what": " → ".join(_tools(body)) + " → answer",
-            "functions": self.recorder.since(mark),
-            "usage": _usage(body),
-            "model_calls": body["iterations"],
-            "model_function": "ChatFunction",
-        }
+        return _scenario("read-only turn", " → answer", body, self.recorder.since(mark))
 
-    def seed(self, order: int) -> dict[str, Any]:
-        """A refund over the threshold: the turn, the approval's queue and the leads' notification, the lead's
-        approval, RefundFlow, the provider's refund and its webhooks, to REFUNDED."""
-        mark, began = self.recorder.mark(), time.time()
+    def ask_refund(self, order: int) -> tuple[dict[str, Any], str]:
+        """A turn asking for a refund over the threshold: its answer and the approval it opened, once quiet."""
         message = SEED.replace("1042", str(order))
         r = self.http.post("/api/chat", json={"conversationId": None, "message": message}, headers=self.customer)
         body = r.json()
@@ -308,8 +313,18 @@ class Client:
             if isinstance(c["result"], dict) and c["result"].get("approval_id")
         )
         self.recorder.wait_quiet()
+        return body, approval
+
+    def approve(self, approval: str) -> None:
         decided = self.http.post(f"/api/approvals/{approval}/approve", headers=self.lead)
         assert decided.status_code in (200, 202), decided.text
+
+    def seed(self, order: int) -> dict[str, Any]:
+        """A refund over the threshold: the turn, the approval's queue and the leads' notification, the lead's
+        approval, RefundFlow, the provider's refund and its webhooks, to REFUNDED."""
+        mark, began = self.recorder.mark(), time.time()
+        body, approval = self.ask_refund(order)
+        self.approve(approval)
         table, deadline = self.local.stack.physical_ids["ApprovalsTable"], time.monotonic() + 120
         status = ""
         while status not in ("REFUNDED", "FAILED") and time.monotonic() < deadline:
@@ -318,15 +333,13 @@ class Client:
             status = item["status"]["S"]
         assert status == "REFUNDED", status
         self.recorder.wait_quiet()
-        return {
-            "name": "seed scenario (refund over the threshold, approved, REFUNDED)",
-            "what": " → ".join(_tools(body)) + " → answer; approve; RefundFlow; refund; webhooks",
-            "functions": self.recorder.since(mark),
-            "usage": _usage(body),
-            "model_calls": body["iterations"],
-            "model_function": "ChatFunction",
-            "transitions": _transitions(self.sfn, self.local.stack.state_machine_arn("RefundFlow"), began - 1),
-        }
+        return _scenario(
+            "seed scenario (refund over the threshold, approved, REFUNDED)",
+            " → answer; approve; RefundFlow; refund; webhooks",
+            body,
+            self.recorder.since(mark),
+            transitions=_transitions(self.sfn, self.local.stack.state_machine_arn("RefundFlow"), began - 1),
+        )
 
     def long(self) -> dict[str, Any]:
         """A turn handed over to the worker at once; the page waits on the feed, then reads the turn's record."""
@@ -347,15 +360,14 @@ class Client:
         record = self.http.get(r.headers["Location"], headers=self.customer).json()
         assert record["status"] == "completed", record
         self.recorder.wait_quiet()
-        return {
-            "name": "long turn (handed over to the worker)",
-            "what": " → ".join(_tools(record["response"])) + " → answer, in TurnWorkerFunction",
-            "functions": self.recorder.since(mark),
-            "usage": _usage(record["response"]),
-            "model_calls": record["response"]["iterations"],
-            "model_function": "TurnWorkerFunction",
-            "feed_polls": polls,
-        }
+        return _scenario(
+            "long turn (handed over to the worker)",
+            " → answer, in TurnWorkerFunction",
+            record["response"],
+            self.recorder.since(mark),
+            "TurnWorkerFunction",
+            feed_polls=polls,
+        )
 
 
 def child(out_path: str) -> None:
@@ -401,16 +413,7 @@ def run_child(module: str) -> dict[str, Any]:
         out = Path(fh.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
     env["PYTHONPATH"] = f"{ROOT / 'layers' / 'common'}{os.pathsep}{ROOT}"
-    proc = subprocess.run(
-        [str(PYTHON), "-m", module, "--child", str(out)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{module} child failed:\n{proc.stderr[-4000:]}")
+    run_module(module, ["--child", str(out)], env, timeout=900)
     result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
     return result

@@ -34,6 +34,17 @@ AWS_ENV = {
 }
 
 
+def run_module(module: str, args: list[str], env: dict[str, str], timeout: float) -> str:
+    """``python -m <module> <args>`` (.venv's) in the repository's root: its stdout; a failure raises with the end
+    of its stderr."""
+    proc = subprocess.run(
+        [str(PYTHON), "-m", module, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} child failed:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -20,7 +20,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.calls import item_size
-from bench.env import PYTHON, ROOT, World
+from bench.env import ROOT, World, run_module
 
 MINUTE = 60.0
 WAIT_SECONDS = 20  # what a waiting page asks for: the route's longest wait (checked against it in the child)
@@ -135,17 +134,9 @@ def measure(world: World) -> dict[str, Any]:
     _, turn = our_agent(world.model_url, ddb=ddb, **tables)
     cid = turn(None).conversation_id  # one 3-iteration turn, stored by the real Agent, then quiet
     token = mint_token("customer-7", "customer", 7, secret=JWT_SECRET, ttl_seconds=7200)
-    proc = subprocess.run(
-        [str(PYTHON), "-m", "bench.feed", cid, token],
-        env={**world.env("EventsFunction"), "BENCH_FEED_SAMPLES": str(SAMPLES)},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench.feed child failed:\n{proc.stderr[-4000:]}")
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    env = {**world.env("EventsFunction"), "BENCH_FEED_SAMPLES": str(SAMPLES)}
+    stdout = run_module("bench.feed", [cid, token], env, timeout=600)
+    out: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     out["limits"] = limits(world.stack.sam_template, world.stack.template, out["minute"]["invocations"])
     return out
 

@@ -206,7 +206,7 @@ STEPS: dict[str, list[tuple[str, str]]] = {
         for name in ("get_item", "query", "put_item", "update_item", "transact_write_items")
     ],
     "audit rows (hash chain + rows)": [
-        ("support_agent.agent.loop", "chain"),
+        ("support_agent.store.audited_write", "chain"),
         ("support_agent.agent.loop", "_Turn._audit"),
         ("support_agent.store.audit", "AuditRecord.put"),
     ],

@@ -36,7 +36,7 @@ REFUND_SAMPLES = 11  # rounds, each one call at every latency
 CUSTOMER = 902  # not in the demo data: its orders are the bench's own
 TOTAL, AMOUNT = 10_000, 1_500  # each order refunded once, directly: under the 5,000-cent threshold
 AUDIT_TURNS = 5
-# The chain's attributes (store/audit_chain.py): on each audit row, and the stream's head on its owner item.
+# The chain's attributes (audit/chain.py): on each audit row, and the stream's head on its owner item.
 ROW_CHAIN = ("n", "v", "payload_hash", "prev_hash", "hash")
 HEAD_CHAIN = ("audit_n", "audit_hash", "audit_event")
 _orders = itertools.count(80_000)

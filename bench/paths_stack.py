@@ -28,7 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from bench.cost import READ_ONLY, SEED, Client, Recorder, _tools, _transitions, run_child
+from bench.cost import READ_ONLY, Client, Recorder, _tools, _transitions, run_child
 
 HANDOVER_SAMPLES = 9
 
@@ -129,23 +129,10 @@ class Paths:
 
     def approved(self, order: int) -> dict[str, Any]:
         """A refund over the threshold: the turn (not counted), then from the lead's approval to REFUNDED."""
-        message = SEED.replace("1042", str(order))
-        r = self.client.http.post(
-            "/api/chat", json={"conversationId": None, "message": message}, headers=self.client.customer
-        )
-        body = r.json()
-        assert r.status_code == 200, body
-        approval = next(
-            c["result"]["approval_id"]
-            for it in body["trace"]
-            for c in it["toolCalls"]
-            if isinstance(c["result"], dict) and c["result"].get("approval_id")
-        )
-        self.recorder.wait_quiet()
+        body, approval = self.client.ask_refund(order)
         stripe = self.local.stripe.stripe
         mark, provider_mark, began = self.recorder.mark(), len(stripe.requests), time.time()
-        decided = self.client.http.post(f"/api/approvals/{approval}/approve", headers=self.client.lead)
-        assert decided.status_code in (200, 202), decided.text
+        self.client.approve(approval)
         table = self.local.stack.physical_ids["ApprovalsTable"]
 
         def status() -> str:

@@ -366,8 +366,9 @@ def deploy(
     physical_ids = {
         r["LogicalResourceId"]: r["PhysicalResourceId"] for page in resources for r in page["StackResourceSummaries"]
     }
-    _repair_moto_state(session, endpoint_url, deployable, physical_ids, params)
-    _recreate_state_machines(session, endpoint_url, sam_template, deployable, physical_ids, template_path.parent)
+    deployed = _Deployed(session, endpoint_url, sam_template, deployable, physical_ids, params, template_path.parent)
+    _repair_moto_state(deployed)
+    _recreate_state_machines(deployed)
     return Stack(
         name=stack_name,
         parameters=params,
@@ -382,19 +383,28 @@ def deploy(
     )
 
 
-def _repair_moto_state(
-    session: boto3.Session,
-    endpoint_url: str | None,
-    template: dict[str, Any],
-    physical_ids: dict[str, str],
-    parameters: Mapping[str, str],
-) -> None:
+@dataclass(frozen=True)
+class _Deployed:
+    """What `deploy` created, and where: each repair after ``create_stack`` reads it from here."""
+
+    session: boto3.Session
+    endpoint_url: str | None
+    sam_template: dict[str, Any]  # template.yaml as loaded
+    template: dict[str, Any]  # the CloudFormation given to moto
+    physical_ids: dict[str, str]
+    parameters: Mapping[str, str]
+    base_dir: Path  # where the template's relative paths (DefinitionUri) start
+
+    def client(self, service: Any) -> Any:  # Any: boto3-stubs types each service name as its own literal
+        return self.session.client(service, endpoint_url=self.endpoint_url)
+
+
+def _repair_moto_state(d: _Deployed) -> None:
     """Make moto's deployed state what AWS would hold (see the module docstring)."""
-    iam = session.client("iam", endpoint_url=endpoint_url)
-    lam = session.client("lambda", endpoint_url=endpoint_url)
-    for logical_id, resource in template["Resources"].items():
+    iam, lam = d.client("iam"), d.client("lambda")
+    for logical_id, resource in d.template["Resources"].items():
         if resource["Type"] == "AWS::IAM::Role":
-            role = physical_ids[logical_id]
+            role = d.physical_ids[logical_id]
             for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
                 document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
                 document = _as_dict(document)
@@ -403,57 +413,42 @@ def _repair_moto_state(
                     document["Statement"] = [s for s in statements if s is not None]
                 iam.put_role_policy(RoleName=role, PolicyName=name, PolicyDocument=json.dumps(document))
         elif resource["Type"] == "AWS::S3::Bucket" and resource["Properties"].get("ObjectLockEnabled"):
-            _lock_bucket(session, endpoint_url, physical_ids[logical_id], resource["Properties"], template, parameters)
+            _lock_bucket(d, d.physical_ids[logical_id], resource["Properties"])
         elif resource["Type"] == "AWS::Lambda::Function":
-            name = physical_ids[logical_id]
+            name = d.physical_ids[logical_id]
             env = lam.get_function_configuration(FunctionName=name).get("Environment", {}).get("Variables", {})
             if any(not isinstance(v, str) for v in env.values()):
                 strings = {k: str(v) for k, v in env.items()}
                 lam.update_function_configuration(FunctionName=name, Environment={"Variables": strings})
 
 
-def _lock_bucket(
-    session: boto3.Session,
-    endpoint_url: str | None,
-    bucket: str,
-    props: Mapping[str, Any],
-    template: Mapping[str, Any],
-    parameters: Mapping[str, str],
-) -> None:
+def _lock_bucket(d: _Deployed, bucket: str, props: Mapping[str, Any]) -> None:
     """Versioning, then the Object Lock configuration (the default retention), as the template declares them."""
-    s3 = session.client("s3", endpoint_url=endpoint_url)
+    s3 = d.client("s3")
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration=props["VersioningConfiguration"])
     config = copy.deepcopy(props["ObjectLockConfiguration"])
     retention = config.get("Rule", {}).get("DefaultRetention", {})
     for unit in ("Days", "Years"):
         if isinstance(retention.get(unit), dict):  # {"Ref": <parameter>}: the parameter's deployed value
             name = retention[unit]["Ref"]
-            retention[unit] = int(parameters.get(name, template["Parameters"][name].get("Default", 0)))
+            retention[unit] = int(d.parameters.get(name, d.template["Parameters"][name].get("Default", 0)))
     s3.put_object_lock_configuration(Bucket=bucket, ObjectLockConfiguration=config)
 
 
-def _recreate_state_machines(
-    session: boto3.Session,
-    endpoint_url: str | None,
-    sam_template: dict[str, Any],
-    template: dict[str, Any],
-    physical_ids: dict[str, str],
-    base_dir: Path,
-) -> None:
+def _recreate_state_machines(d: _Deployed) -> None:
     """Create each state machine again from its ASL file, executable and under the same ARN."""
-    sfn = session.client("stepfunctions", endpoint_url=endpoint_url)
-    iam = session.client("iam", endpoint_url=endpoint_url)
-    lam = session.client("lambda", endpoint_url=endpoint_url)
+    sfn, iam, lam = d.client("stepfunctions"), d.client("iam"), d.client("lambda")
+    physical_ids = d.physical_ids
     arns = {
         logical_id: lam.get_function(FunctionName=physical_ids[logical_id])["Configuration"]["FunctionArn"]
-        for logical_id, resource in template["Resources"].items()
+        for logical_id, resource in d.template["Resources"].items()
         if resource["Type"] == "AWS::Lambda::Function"
     }
-    for logical_id, resource in template["Resources"].items():
+    for logical_id, resource in d.template["Resources"].items():
         if resource["Type"] != "AWS::StepFunctions::StateMachine":
             continue
         props = resource["Properties"]
-        definition = (base_dir / sam_template["Resources"][logical_id]["Properties"]["DefinitionUri"]).read_text()
+        definition = (d.base_dir / d.sam_template["Resources"][logical_id]["Properties"]["DefinitionUri"]).read_text()
         for key, value in props.get("DefinitionSubstitutions", {}).items():
             definition = definition.replace("${" + key + "}", _resolve(value, physical_ids, arns))
         role = props["RoleArn"]

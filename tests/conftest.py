@@ -12,6 +12,10 @@ from support_agent import wiring
 
 E2E_UNIT = "tests/e2e"
 
+# The shared helpers assert too (the SDK's request judge, the agent loop): their failures explain themselves as a
+# test's own do. Registered before any test module imports them.
+pytest.register_assert_rewrite("tests.support")
+
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook, run in the controller
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

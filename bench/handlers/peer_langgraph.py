@@ -10,17 +10,7 @@ from langchain_anthropic import ChatAnthropic
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
 
-
-@tool
-def lookup_order(order_id: int) -> dict:
-    """Look up one of the signed-in customer's orders by its numeric id."""
-    return common.lookup_order(order_id)
-
-
-@tool
-def list_invoices(order_id: int | None = None) -> dict:
-    """List the signed-in customer's invoices, optionally only those of one order."""
-    return common.list_invoices(order_id)
+lookup_order, list_invoices = tool(common.lookup_order), tool(common.list_invoices)
 
 
 llm = ChatAnthropic(model=common.MODEL, base_url=common.BASE_URL, api_key=common.API_KEY, max_tokens=1024)

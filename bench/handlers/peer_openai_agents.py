@@ -16,16 +16,7 @@ from openai import AsyncOpenAI
 set_tracing_disabled(True)  # its exporter would call out to OpenAI
 
 
-@function_tool
-def lookup_order(order_id: int) -> dict:
-    """Look up one of the signed-in customer's orders by its numeric id."""
-    return common.lookup_order(order_id)
-
-
-@function_tool
-def list_invoices(order_id: int | None = None) -> dict:
-    """List the signed-in customer's invoices, optionally only those of one order."""
-    return common.list_invoices(order_id)
+lookup_order, list_invoices = function_tool(common.lookup_order), function_tool(common.list_invoices)
 
 
 client = AsyncOpenAI(base_url=common.BASE_URL + "/v1", api_key=common.API_KEY)

@@ -14,16 +14,8 @@ model = AnthropicModel(common.MODEL, provider=AnthropicProvider(api_key=common.A
 agent = Agent(model, system_prompt=common.SYSTEM)
 
 
-@agent.tool_plain
-def lookup_order(order_id: int) -> dict:
-    """Look up one of the signed-in customer's orders by its numeric id."""
-    return common.lookup_order(order_id)
-
-
-@agent.tool_plain
-def list_invoices(order_id: int | None = None) -> dict:
-    """List the signed-in customer's invoices, optionally only those of one order."""
-    return common.list_invoices(order_id)
+agent.tool_plain(common.lookup_order)
+agent.tool_plain(common.list_invoices)
 
 
 def run(message: str) -> str:

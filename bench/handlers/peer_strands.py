@@ -9,17 +9,7 @@ import peer_common as common
 from strands import Agent, tool
 from strands.models.anthropic import AnthropicModel
 
-
-@tool
-def lookup_order(order_id: int) -> dict:
-    """Look up one of the signed-in customer's orders by its numeric id."""
-    return common.lookup_order(order_id)
-
-
-@tool
-def list_invoices(order_id: int | None = None) -> dict:
-    """List the signed-in customer's invoices, optionally only those of one order."""
-    return common.list_invoices(order_id)
+lookup_order, list_invoices = tool(common.lookup_order), tool(common.list_invoices)
 
 
 model = AnthropicModel(

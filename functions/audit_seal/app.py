@@ -1,11 +1,11 @@
 """AuditSealFunction: the audit table's stream → each appended stream's newest head, put in the Object Lock
-bucket (support_agent/store/audit_seal.py). Logic lives in the layer."""
+bucket (support_agent/audit/seal.py). Logic lives in the layer."""
 
 from typing import Any
 
 from support_agent import wiring
+from support_agent.audit.seal import seal_records
 from support_agent.observability import metrics, observed
-from support_agent.store.audit_seal import seal_records
 
 
 @observed()

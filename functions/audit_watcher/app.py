@@ -1,12 +1,12 @@
 """AuditWatcherFunction: the audit table's stream → AuditRowsTampered and an error line per MODIFY or REMOVE
-of an audit row (support_agent/audit_watch.py). Logic lives in the layer."""
+of an audit row (support_agent/audit/watch.py). Logic lives in the layer."""
 
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-from support_agent import audit_watch
+from support_agent.audit import watch as audit_watch
 from support_agent.observability import metrics, observed
 
 # A record that fails is reported (ReportBatchItemFailures) rather than raised: Lambda retries from it,

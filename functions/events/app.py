@@ -1,20 +1,7 @@
 """EventsFunction: GET /api/conversations/{id}/events, the long-polled feed. All logic lives in the layer."""
 
-from typing import Any
-
-from aws_lambda_powertools.logging import correlation_paths
-
 from support_agent.api.events_routes import router
-from support_agent.api.http import build_resolver, handle
-from support_agent.config import get_settings
-from support_agent.observability import metrics, observed
+from support_agent.api.http import api_handler
 from support_agent.wiring import authenticator
 
-app = build_resolver(authenticator)
-app.include_router(router)
-
-
-@observed(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@metrics.log_metrics(capture_cold_start_metric=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return handle(app, event, context, get_settings().max_body_bytes)
+handler = api_handler(router, authenticator)

@@ -233,6 +233,11 @@ class PageWatch:
                 return
             pg.wait_for_timeout(50)  # lets Playwright deliver the request events
 
+    def assert_clean(self, pg: Page) -> None:
+        """Settles, then fails on any console error or uncaught exception the page had."""
+        self.settle(pg)
+        assert self.errors == [], self.errors
+
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[tuple[Page, PageWatch]]:

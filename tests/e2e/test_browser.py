@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -246,17 +247,61 @@ def audit_rows(pg: Any) -> list[dict[str, str]]:
     )
 
 
-def test_lead_rejects_a_pending_refund_and_reads_its_trail(
+@dataclass
+class Console:
+    """A lead's page on the local stack (watched: see PageWatch), and the stack as the tests read it behind it."""
+
+    pg: Any
+    watch: Any
+    local: LocalStack
+    backend: Backend
+    screenshot: Callable[[Any, str], Path]
+
+    def pending(self, customer_id: int, order_id: int, total: int) -> tuple[str, str, Any]:
+        """A customer's full refund of an order held for a lead (all of it reserved), and the lead console open:
+        (approval id, conversation id, the approval's row)."""
+        approval_id, conversation_id = self.backend.raise_approval(customer_id, order_id)
+        assert self.backend.money(customer_id, order_id) == (0, total, 0)
+        open_lead_console(self.pg, self.local)
+        return approval_id, conversation_id, approval_row(self.pg, approval_id)
+
+    def decided(self, row: Any, approval_id: str, status: str, says: str, timeout: float | None = None) -> None:
+        """The lead's last action on ``row`` ended ``status``: the row says so, the newest announcement too (with
+        ``says``), no retry or release is left to do, and no error is shown."""
+        from playwright.sync_api import expect
+
+        expect(row.locator(".approval-status")).to_have_text(status, timeout=timeout)
+        expect(outcome(self.pg, approval_id)).to_have_attribute("data-status", status)
+        expect(outcome(self.pg, approval_id)).to_contain_text(says)
+        expect(row.locator("button.retry, button.release")).to_have_count(0)
+        expect(self.pg.locator("#lead-error")).to_be_hidden()
+
+    def trail(self, opener: Any, conversation_id: str) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+        """Opens a conversation's audit trail with ``opener``: its rows as the page shows them and as the API has
+        them, the same rows in the same order."""
+        from playwright.sync_api import expect
+
+        opener.click()
+        expect(self.pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
+        records = self.backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
+        shown = audit_rows(self.pg)
+        assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
+        return shown, records
+
+
+@pytest.fixture
+def console(
     local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
-) -> None:
+) -> Console:
+    pg, watch = page
+    return Console(pg, watch, local_stack, backend, screenshot)
+
+
+def test_lead_rejects_a_pending_refund_and_reads_its_trail(console: Console) -> None:
     from playwright.sync_api import expect
 
-    pg, watch = page
-    approval_id, conversation_id = backend.raise_approval(8, 2001)
-    assert backend.money(8, 2001) == (0, 7400, 0)
-
-    open_lead_console(pg, local_stack)
-    row = approval_row(pg, approval_id)
+    pg, watch, backend, screenshot = console.pg, console.watch, console.backend, console.screenshot
+    approval_id, conversation_id, row = console.pending(8, 2001, 7400)
     expect(row).to_have_attribute("data-status", "PENDING")
     expect(row.locator(".approval-customer")).to_have_text("8")
     expect(row.locator(".approval-amount")).to_contain_text("74.00")
@@ -286,11 +331,7 @@ def test_lead_rejects_a_pending_refund_and_reads_its_trail(
     ]
 
     # ---- the conversation's audit trail, opened from the row: the tool calls, the request, the rejection
-    row.locator("button.open-audit").click()
-    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
-    records = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
-    shown = audit_rows(pg)
-    assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
+    shown, records = console.trail(row.locator("button.open-audit"), conversation_id)
     assert sorted((r["action"], r["tool"]) for r in shown) == [
         ("approval_rejected", "—"),
         ("refund_requested", "request_refund"),
@@ -303,24 +344,17 @@ def test_lead_rejects_a_pending_refund_and_reads_its_trail(
     rejected_row = pg.locator(f'#audit tr.audit-row[data-event-id="{rejected["eventId"]}"]')
     expect(rejected_row.locator(".audit-input")).to_contain_text("store credit given instead")
     screenshot(pg, "02-conversation-trail")
-    watch.settle(pg)
-    assert watch.errors == [], watch.errors
+    watch.assert_clean(pg)
 
 
-def test_failed_refund_retried_until_refunded(
-    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
-) -> None:
+def test_failed_refund_retried_until_refunded(console: Console) -> None:
     from playwright.sync_api import expect
 
-    pg, watch = page
-    approval_id, conversation_id = backend.raise_approval(7, 1044)
-    assert backend.money(7, 1044) == (0, 16000, 0)
+    pg, watch, backend, screenshot = console.pg, console.watch, console.backend, console.screenshot
+    approval_id, conversation_id, row = console.pending(7, 1044, 16000)
     # Someone refunded 1.00 of the payment in Stripe's dashboard (still pending there): Stripe refuses the
     # approval's 160.00 (amount_too_large) on every attempt, no refund of ours exists, the approval ends FAILED.
     outside = backend.stripe.refund_outside("pi_demo_1044", 100, status="pending")
-
-    open_lead_console(pg, local_stack)
-    row = approval_row(pg, approval_id)
     announced = pg.locator(f'#outcome .decision-outcome[data-approval-id="{approval_id}"]')
     row.locator("button.approve").click()
     expect(row.locator(".approval-status")).to_have_text("FAILED", timeout=LEAD_TIMEOUT_MS)
@@ -345,12 +379,8 @@ def test_failed_refund_retried_until_refunded(
     # ---- the dashboard refund fails (its 1.00 is refundable again); the second retry (<id>-r2) refunds
     backend.stripe.settle(outside["id"], "failed")
     row.locator("button.retry").click()
-    expect(row.locator(".approval-status")).to_have_text("REFUNDED", timeout=LEAD_TIMEOUT_MS)
+    console.decided(row, approval_id, "REFUNDED", "160.00 USD refunded", timeout=LEAD_TIMEOUT_MS)
     expect(announced).to_have_count(3)
-    expect(outcome(pg, approval_id)).to_have_attribute("data-status", "REFUNDED")
-    expect(outcome(pg, approval_id)).to_contain_text("160.00 USD refunded")
-    expect(row.locator("button.retry, button.release")).to_have_count(0)
-    expect(pg.locator("#lead-error")).to_be_hidden()
     screenshot(pg, "02-refunded")
     approval = backend.approval(approval_id)
     assert approval["status"] == "REFUNDED"
@@ -363,11 +393,7 @@ def test_failed_refund_retried_until_refunded(
     ]
 
     # ---- the trail: approved once; three attempts at Stripe (failed, failed, succeeded), two of them retries
-    row.locator("button.open-audit").click()
-    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
-    records = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
-    shown = audit_rows(pg)
-    assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
+    shown, records = console.trail(row.locator("button.open-audit"), conversation_id)
     flow = sorted((r["action"], r["actor"], r["outcome"]) for r in shown if r["action"] != "tool_call")
     assert flow == [
         ("approval_approved", "lead-1", "APPROVED"),
@@ -388,21 +414,15 @@ def test_failed_refund_retried_until_refunded(
         (f"{approval_id}-r2", f"{approval_id}#3", approval["refund"]["refundId"]),
     ], calls
     screenshot(pg, "03-conversation-trail")
-    watch.settle(pg)
-    assert watch.errors == [], watch.errors
+    watch.assert_clean(pg)
 
 
-def test_failed_refund_released(
-    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
-) -> None:
+def test_failed_refund_released(console: Console) -> None:
     from playwright.sync_api import expect
 
-    pg, watch = page
-    approval_id, conversation_id = backend.raise_approval(8, 2001)
+    pg, watch, backend, screenshot = console.pg, console.watch, console.backend, console.screenshot
+    approval_id, conversation_id, row = console.pending(8, 2001, 7400)
     backend.stripe.refund_outside("pi_demo_2001", 100)  # refunded in Stripe's dashboard: Stripe refuses 74.00
-
-    open_lead_console(pg, local_stack)
-    row = approval_row(pg, approval_id)
     row.locator("button.approve").click()
     expect(row.locator(".approval-status")).to_have_text("FAILED", timeout=LEAD_TIMEOUT_MS)
     assert backend.approval(approval_id)["status"] == "FAILED"
@@ -421,11 +441,7 @@ def test_failed_refund_released(
     # The lead gives up on this refund: its reservation goes back to the order.
     assert backend.money(8, 2001) == (0, 7400, 0)
     row.locator("button.release").click()
-    expect(row.locator(".approval-status")).to_have_text("RELEASED")
-    expect(outcome(pg, approval_id)).to_have_attribute("data-status", "RELEASED")
-    expect(outcome(pg, approval_id)).to_contain_text("reservation released")
-    expect(row.locator("button.retry, button.release")).to_have_count(0)
-    expect(pg.locator("#lead-error")).to_be_hidden()
+    console.decided(row, approval_id, "RELEASED", "reservation released")
     screenshot(pg, "01-released")
     approval = backend.approval(approval_id)
     assert (approval["status"], approval["decidedBy"]) == ("RELEASED", "lead-1"), approval
@@ -458,23 +474,18 @@ def test_failed_refund_released(
     (released,) = [r for r in records if r["action"] == "approval_released"]
     assert released["conversationId"] == conversation_id
     screenshot(pg, "02-customer-trail")
-    pg.locator(f'#audit tr.audit-row[data-event-id="{released["eventId"]}"] button.open-audit').click()
-    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
+    opener = pg.locator(f'#audit tr.audit-row[data-event-id="{released["eventId"]}"] button.open-audit')
+    _, conversation = console.trail(opener, conversation_id)
     expect(pg.locator("#audit-conversation-head")).to_be_hidden()
-    conversation = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
-    assert [r["eventId"] for r in audit_rows(pg)] == [r["eventId"] for r in conversation]
     assert released["eventId"] in [r["eventId"] for r in conversation]
-    watch.settle(pg)
-    assert watch.errors == [], watch.errors
+    watch.assert_clean(pg)
 
 
-def test_customer_asks_for_a_person_and_a_lead_closes_the_handoff(
-    local_stack: LocalStack, page: tuple[Any, Any], screenshot: Callable[[Any, str], Path], backend: Backend
-) -> None:
+def test_customer_asks_for_a_person_and_a_lead_closes_the_handoff(console: Console) -> None:
     from playwright.sync_api import expect
 
-    pg, watch = page
-    pg.goto(f"{local_stack.url}/")
+    pg, watch, backend, screenshot = console.pg, console.watch, console.backend, console.screenshot
+    pg.goto(f"{console.local.url}/")
     pg.click("#signin-customer-8")
     expect(pg.locator("#app")).to_be_visible()
     pg.fill("#message", "Can I talk to a person, please?")
@@ -491,7 +502,7 @@ def test_customer_asks_for_a_person_and_a_lead_closes_the_handoff(
     screenshot(pg, "01-chat-handoff")
     watch.settle(pg)
 
-    open_lead_console(pg, local_stack)
+    open_lead_console(pg, console.local)
     hrow = pg.locator("tr.handoff-row").filter(
         has=pg.locator(f'.handoff-conversation [data-conversation-id="{conversation_id}"]')
     )
@@ -523,22 +534,17 @@ def test_customer_asks_for_a_person_and_a_lead_closes_the_handoff(
     pg.select_option("#handoff-filter", "CLOSED")
     closed_row = pg.locator(f'tr.handoff-row[data-handoff-id="{handoff_id}"]')
     expect(closed_row).to_have_attribute("data-status", "CLOSED")
-    closed_row.locator("button.open-audit").click()
-    expect(pg.locator("#audit-summary")).to_contain_text(f"for {conversation_id}")
-    shown = audit_rows(pg)
+    shown, records = console.trail(closed_row.locator("button.open-audit"), conversation_id)
     assert sorted((r["action"], r["actor"], r["outcome"]) for r in shown) == [
         ("handoff_closed", "lead-1", "CLOSED"),
         ("handoff_opened", "customer-8", "OPEN"),
         ("tool_call", "customer-8", "ok"),
     ], shown
-    records = backend.lead_get(f"/api/audit?conversationId={conversation_id}")["records"]
-    assert [r["eventId"] for r in shown] == [r["eventId"] for r in records]
     (closing,) = [r for r in records if r["action"] == "handoff_closed"]
     assert closing["input"] == {"note": "called the customer back"}
     assert closing["output"] == {"handoff_id": handoff_id}
     screenshot(pg, "03-handoff-trail")
-    watch.settle(pg)
-    assert watch.errors == [], watch.errors
+    watch.assert_clean(pg)
 
 
 # ------------------------------------------------------------------ the conversation's event feed (issue 18)
@@ -650,8 +656,7 @@ def test_a_long_turn_shows_its_tool_calls_as_they_happen_then_its_answer(
     assert pg.evaluate("window.__sameDocument") is True  # no reload
     assert any(f"/api/conversations/{conversation_id}/events?" in u for u in urls), urls
     assert not any("/turns/" in u for u in urls), "the page polled the turn record instead of following the feed"
-    watch.settle(pg)
-    assert watch.errors == [], watch.errors
+    watch.assert_clean(pg)
 
 
 def test_a_leads_decision_reaches_the_open_chat_and_no_one_else(
@@ -740,8 +745,7 @@ def test_a_leads_decision_reaches_the_open_chat_and_no_one_else(
         screenshot(pg7, "02-customer-7-sees-nothing")
     finally:
         other.close()
-    watch.settle(pg)
-    assert watch.errors == [], watch.errors
+    watch.assert_clean(pg)
 
 
 FAKE_CONVERSATION = "conv_01JFEEDTEST0000000000000000"

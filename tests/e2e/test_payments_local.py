@@ -24,6 +24,7 @@ import pytest
 from devstack.demo import run, succeeded
 from devstack.local import REGION, LocalStack, banner
 from devstack.simulated_stripe import Fault, SimulatedStripe, SimulatedStripeServer
+from tests.support.threads import run_together
 
 POST = "POST /v1/refunds"
 APPROVAL_DONE = ("REFUNDED", "FAILED")
@@ -165,11 +166,7 @@ def test_ten_concurrent_approvals_of_one_approval_make_one_provider_refund(stack
         with lock:
             answers.append(resp)
 
-    threads = [threading.Thread(target=approve) for _ in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_together([approve] * 10, timeout=None)
 
     assert sorted({r.status_code for r in answers}) in ([200], [202], [200, 202]), [r.text for r in answers]
     assert all(r.json()["approvalId"] == approval_id for r in answers)

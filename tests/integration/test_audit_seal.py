@@ -10,9 +10,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from support_agent.audit.chain import Head
+from support_agent.audit.seal import Seal, key
 from support_agent.store.audit import AuditStore
-from support_agent.store.audit_chain import Head
-from support_agent.store.audit_seal import Seal, key
 from support_agent.store.dynamo import to_item
 from tests.integration.conftest import Api
 from tests.integration.test_audit_watcher_stream import Stream, a_turn_with_audited_tools

@@ -3,21 +3,22 @@ streams, `GET /api/audit/verify`, tampering found, racing writers never forking 
 
 from __future__ import annotations
 
-import threading
+from dataclasses import replace
 from typing import Any
 
 import boto3
 
 from support_agent.ids import new_approval_id, new_conversation_id
-from support_agent.refunds import keys as refund_keys
 from support_agent.refunds.ledger import RefundLedger
-from support_agent.refunds.ledger_row import LedgerRow, Outcome
+from support_agent.refunds.ledger_row import By, Outcome
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item
 from tests.integration.conftest import Api
 from tests.integration.test_lead_api import wait_status
 from tests.support.aws import serialised_moto
+from tests.support.ledger import direct_row, tool_request
 from tests.support.scripted import answer, tool_use, tools
+from tests.support.threads import run_together
 
 
 def env(api: Api) -> dict[str, str]:
@@ -174,12 +175,8 @@ def test_racing_writers_on_one_stream_never_fork_it(api: Api) -> None:
             statuses.append(exc)
 
     api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())  # the handler loaded before the race
-    threads = [threading.Thread(target=decide, args=(a,)) for a in ("reject", "reject", "reject", "reject")]
     with serialised_moto():  # moto is not atomic per request as DynamoDB is; our code still races freely
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        run_together([lambda: decide("reject")] * 4)
     assert statuses == [200, 200, 200, 200], statuses  # the first rejects, the rest answer the current state
     ddb = boto3.client("dynamodb")
     e = env(api)
@@ -191,37 +188,21 @@ def test_racing_writers_on_one_stream_never_fork_it(api: Api) -> None:
     # One refund key, four audited provider calls at once (each "still pending": nothing new but the row).
     ledger = RefundLedger(ddb, e["CUSTOMER_DATA_TABLE"], e["APPROVALS_TABLE"], e["AUDIT_TABLE"])
     race = new_conversation_id()
-    row = LedgerRow(
-        customer_id=7,
-        sk=refund_keys.request_sk(race, 1, "toolu_race"),
-        kind="direct",
-        refund_key=refund_keys.direct_refund_key(race, 1, "toolu_race"),
-        order_id=1043,
-        amount_cents=500,
-        currency="USD",
-        payment_intent="pi_x",
-        status="SETTLING",
-        attempt=1,
-        provider="stripe",
-        conversation_id=race,
-    )
-    row = LedgerRow(**{**row.__dict__, "refund_id": "re_race"})
-    put = RefundLedger.new_row_item(e["CUSTOMER_DATA_TABLE"], row, "2026-12-03T00:00:00Z")["Put"]
-    ddb.put_item(TableName=put["TableName"], Item={**put["Item"], "refund_id": {"S": "re_race"}})
+    request = tool_request(7, 1043, 500, "t", payment_intent="pi_x", conversation_id=race, tool_use_id="toolu_race")
+    # Settling at the provider (its refund made, the answer still pending); the row names no tool call.
+    row = replace(direct_row(request, "stripe"), status="SETTLING", refund_id="re_race", tool_use_id="")
+    item = RefundLedger.new_row(row, "2026-12-03T00:00:00Z")
+    ddb.put_item(TableName=e["CUSTOMER_DATA_TABLE"], Item=to_item({**item, "refund_id": "re_race"}))
     errors: list[BaseException] = []
 
     def audited() -> None:
         try:
-            ledger.record(row, Outcome("SETTLING", "re_race", "pending"), "2026-12-03T00:00:01Z", "payment-sweep")
+            ledger.record(row, Outcome("SETTLING", "re_race", "pending"), "2026-12-03T00:00:01Z", By("payment-sweep"))
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=audited) for _ in range(4)]
     with serialised_moto():
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        run_together([audited] * 4)
     assert errors == []
     rows = audit.list_stream(row.audit_stream)
     assert sorted(r["n"] for r in rows) == [1, 2, 3, 4]

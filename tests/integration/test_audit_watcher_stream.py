@@ -20,7 +20,7 @@ from support_agent import observability as obs
 from support_agent.messages import Usage
 from tests.integration.conftest import Api, load_handler
 from tests.support.metrics import emf_total
-from tests.support.scripted import answer, tool_use, tools
+from tests.support.scripted import seed_scenario
 
 
 class Stream:
@@ -69,14 +69,9 @@ def tampered_metric(out: str) -> float:
 
 
 def a_turn_with_audited_tools(api: Api) -> str:
-    api.model.script = [
-        tools(tool_use("lookup_order", {"order_id": 1042}), usage=Usage(100, 10)),
-        tools(
-            tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": "arrived broken"}),
-            usage=Usage(100, 10),
-        ),
-        answer("Order 1042: the refund needs a teammate's approval.", Usage(100, 10)),
-    ]
+    api.model.script = seed_scenario(
+        "arrived broken", "Order 1042: the refund needs a teammate's approval.", (Usage(100, 10),) * 3
+    )
     status, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "Refund order 1042"})
     assert status == 200, body
     return str(body["conversationId"])
@@ -92,12 +87,17 @@ def rows_of(table: str, stream: str) -> list[dict[str, Any]]:
     return list(out["Items"])
 
 
+@pytest.fixture
+def audited_turn(api: Api, watched: tuple[Stream, Any, io.StringIO]) -> tuple[str, str]:
+    """A chat turn whose tool calls were audited, made while watched: (the audit table, its conversation id)."""
+    return api.stack.function_env("ChatFunction")["AUDIT_TABLE"], a_turn_with_audited_tools(api)
+
+
 def test_appends_are_not_tampering(
-    api: Api, watched: tuple[Stream, Any, io.StringIO], capsys: pytest.CaptureFixture[str]
+    watched: tuple[Stream, Any, io.StringIO], audited_turn: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     stream, handler, logs = watched
-    table = api.stack.function_env("ChatFunction")["AUDIT_TABLE"]
-    cid = a_turn_with_audited_tools(api)
+    table, cid = audited_turn
     # An append in a transaction of our own, as every writer appends: attribute_not_exists on the key.
     boto3.client("dynamodb").transact_write_items(
         TransactItems=[
@@ -120,11 +120,10 @@ def test_appends_are_not_tampering(
 
 
 def test_a_plain_put_over_a_row_and_a_delete_fire_with_the_key(
-    api: Api, watched: tuple[Stream, Any, io.StringIO], capsys: pytest.CaptureFixture[str]
+    watched: tuple[Stream, Any, io.StringIO], audited_turn: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     stream, handler, logs = watched
-    table = api.stack.function_env("ChatFunction")["AUDIT_TABLE"]
-    cid = a_turn_with_audited_tools(api)
+    table, cid = audited_turn
     first, second, *_ = rows_of(table, cid)
     stream.event()  # the turn's appends, read past
     ddb = boto3.client("dynamodb")

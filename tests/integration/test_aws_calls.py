@@ -18,6 +18,7 @@ from bench.calls import DYNAMODB_ITEM_LIMIT, Call, CallCounter, bytes_written, k
 from support_agent.store.dynamo import to_item
 from tests.integration.conftest import Api
 from tests.support.scripted import answer, tool_use, tools
+from tests.support.shop_rows import invoice_item
 
 THREE_ITERATIONS = "Where is my order 1042, and what did you bill me for it?"
 
@@ -109,18 +110,7 @@ def test_huge_tool_output_stays_far_below_the_item_limit(counted: tuple[Api, Cal
     """75 invoices with long memos (~80 KB of output each time), asked for by 8 tool calls in one message."""
     api, counter = counted
     table = api.stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"]
-    invoices = [
-        {
-            "customer_id": 9,
-            "sk": f"INVOICE#{90000 + i}",
-            "invoice_id": 90000 + i,
-            "order_id": 9000,
-            "amount_cents": 100,
-            "currency": "USD",
-            "memo": "m" * 1000,
-        }
-        for i in range(75)
-    ]
+    invoices = [invoice_item(9, 90000 + i, 9000, 100, "m" * 1000) for i in range(75)]
     ddb = boto3.client("dynamodb")
     for start in range(0, len(invoices), 25):
         batch = [{"PutRequest": {"Item": to_item(i)}} for i in invoices[start : start + 25]]

@@ -13,7 +13,8 @@ from support_agent.agent import history as hist
 from support_agent.messages import Usage
 from tests.integration.conftest import Api
 from tests.support.openapi import assert_documented
-from tests.support.scripted import answer, tool_use, tools
+from tests.support.routes import CHAT_ROUTES
+from tests.support.scripted import answer, seed_scenario, tool_use, tools
 from tests.support.transport import HttpFailure
 
 
@@ -33,25 +34,17 @@ def audit_rows(api: Api, cid: str) -> list[dict[str, Any]]:
 
 
 def test_every_template_route_is_served(api: Api) -> None:
-    assert {(r.method, r.path) for r in api.stack.routes if r.function == "ChatFunction"} >= {
-        ("POST", "/api/chat"),
-        ("GET", "/api/conversations"),
-        ("GET", "/api/conversations/{id}"),
-        ("GET", "/api/health"),
-    }
+    assert {(r.method, r.path) for r in api.stack.routes if r.function == "ChatFunction"} >= CHAT_ROUTES
     status, body, _ = api.call("GET", "/api/health", token=None)
     assert (status, body) == (200, {"status": "ok"})
 
 
 def test_seed_scenario_and_reader_view(api: Api) -> None:
-    api.model.script = [
-        tools(tool_use("lookup_order", {"order_id": 1042}), usage=Usage(1000, 50)),
-        tools(
-            tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": "customer request"}),
-            usage=Usage(1100, 60),
-        ),
-        answer("Order 1042 was delivered. The refund of 189.00 needs a teammate's approval.", Usage(210, 77)),
-    ]
+    api.model.script = seed_scenario(
+        "customer request",
+        "Order 1042 was delivered. The refund of 189.00 needs a teammate's approval.",
+        (Usage(1000, 50), Usage(1100, 60), Usage(210, 77)),
+    )
     status, body, _ = chat(api, "Where is my order 1042? Also refund it.")
     assert status == 200, body
     assert body["stopReason"] == "end_turn" and body["iterations"] == 3

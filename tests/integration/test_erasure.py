@@ -16,7 +16,7 @@ from support_agent.store import erasure
 from support_agent.store.erasure import ERASED
 from tests.integration.conftest import Api
 from tests.support.openapi import assert_documented
-from tests.support.scripted import answer, tool_use, tools
+from tests.support.scripted import answer, seed_scenario
 
 SECRET_WORDS = ("Elm Street", "allergic", "1042")
 
@@ -62,11 +62,10 @@ def erase(api: Api, customer: int, body: Any = None, token: str | None = "lead")
 
 
 def a_conversation_with_tools(api: Api, customer: int = 7) -> str:
-    api.model.script = [
-        tools(tool_use("lookup_order", {"order_id": 1042})),
-        tools(tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": "allergic reaction"})),
-        answer("Order 1042 is delivered; a teammate will approve the refund. Noted: you live on Elm Street."),
-    ]
+    api.model.script = seed_scenario(
+        "allergic reaction",
+        "Order 1042 is delivered; a teammate will approve the refund. Noted: you live on Elm Street.",
+    )
     first = chat(api, "I live on Elm Street and I'm allergic to the dye. Refund order 1042.", customer=customer)
     api.model.script = [answer("You're welcome, see you on Elm Street.")]
     chat(api, "Thanks!", first["conversationId"], customer=customer)

@@ -23,6 +23,7 @@ from support_agent.store.records import Record
 from tests.integration.conftest import Api
 from tests.support.aws import serialised_moto
 from tests.support.scripted import answer, tool_use, tools
+from tests.support.threads import run_together
 
 
 def raise_approval(api: Api, order: int, amount: int, customer: int = 7) -> tuple[str, str]:
@@ -147,12 +148,8 @@ def test_ten_concurrent_approves_one_refund_no_5xx(api: Api) -> None:
         with lock:
             statuses.append(status)
 
-    threads = [threading.Thread(target=approve) for _ in range(10)]
     with serialised_moto():  # moto is not atomic per request as DynamoDB is; our code still races freely
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        run_together([approve] * 10)
     assert len(statuses) == 10 and all(s in (200, 202) for s in statuses), statuses
     assert wait_status(api, approval_id, "REFUNDED")["status"] == "REFUNDED"
     assert refund_rows(api, 7, approval_id) == 1

@@ -5,7 +5,6 @@ turn is sent again by the turn sweep; a dead-lettered turn ends failed."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ from support_agent.store.turns import TurnStore
 from tests.integration.conftest import Api
 from tests.support.aws import serialised_moto
 from tests.support.scripted import answer, tool_use, tools
+from tests.support.threads import run_together
 
 
 def queue(api: Api, logical_id: str = "TurnQueue") -> str:
@@ -150,12 +150,8 @@ def test_a_duplicated_message_is_acted_on_once(api: Api) -> None:
     def deliver() -> None:
         outcomes.append(worker(sqs_event([message]), None))
 
-    threads = [threading.Thread(target=deliver) for _ in range(3)]
     with serialised_moto():
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        run_together([deliver] * 3)
     assert outcomes == [{"batchItemFailures": []}] * 3
     assert len(api.model.requests) == 1  # one worker took the lease; the others stopped at the take-over
     assert turn_view(api, headers["Location"])["status"] == "completed"

@@ -34,7 +34,7 @@ from support_agent import observability as obs
 from support_agent import wiring
 from support_agent.clock import iso
 from support_agent.config import Settings, load_settings
-from support_agent.ids import new_approval_id, new_conversation_id
+from support_agent.ids import new_approval_id
 from support_agent.messages import Deadline
 from support_agent.refunds.ledger import RefundLedger
 from support_agent.refunds.ledger_row import UNSETTLED_INDEX, LedgerRow
@@ -46,6 +46,7 @@ from support_agent.store.dynamo import from_item, to_item
 from support_agent.wiring import build_settler
 from tests.integration.conftest import Api, deployed_stack, load_handler
 from tests.reliability.test_least_privilege_runtime import Recorder, as_function, check_pairs, credentials_for
+from tests.support.ledger import direct_row, tool_request
 from tests.support.scripted import ScriptedModel
 from tests.support.stripe import BASE, POST, InProcessStripe, ledger_problems, provider_for, refunds_by_key
 
@@ -120,43 +121,14 @@ class World:
     def _request(
         self, order_id: int, intent: str, amount: int, started: str, total: int | None = None
     ) -> RefundRequest:
-        conversation_id = new_conversation_id()
-        return RefundRequest(
-            customer_id=CUSTOMER,
-            order_id=order_id,
-            total_cents=total or amount,
-            amount_cents=amount,
-            currency="USD",
-            reason="arrived broken",
-            request_sk=f"REFUND#{conversation_id}#1#toolu_{order_id}",
-            conversation_id=conversation_id,
-            tool_use_id=f"toolu_{order_id}",
-            actor=f"customer-{CUSTOMER}",
-            request_id=f"req_{order_id}",
-            now=started,
-            payment_intent=intent,
-        )
+        return tool_request(CUSTOMER, order_id, amount, started, total_cents=total, payment_intent=intent)
 
     def direct_requested(self, age: float, amount: int = AMOUNT, total: int | None = None) -> LedgerRow:
         """A direct refund's REQUESTED row and reservation; the process died before the provider call.
         ``total``: the order's (default ``amount``); a partial refund leaves room for a second one."""
         order_id, intent = self._order(total or amount)
         r = self._request(order_id, intent, amount, _ago(age), total)
-        row = LedgerRow(
-            customer_id=CUSTOMER,
-            sk=r.request_sk,
-            kind="direct",
-            refund_key=f"{r.conversation_id}:1:{r.tool_use_id}",
-            order_id=order_id,
-            amount_cents=amount,
-            currency="USD",
-            payment_intent=intent,
-            status="REQUESTED",
-            attempt=1,
-            provider="stripe",
-            conversation_id=r.conversation_id,
-            tool_use_id=r.tool_use_id,
-        )
+        row = direct_row(r, provider="stripe")
         RefundWriter(self.ddb, self.table, self.cfg.approvals_table, self.cfg.audit_table).direct(r, 10**9, row)
         return self.row(row)
 

@@ -19,7 +19,7 @@ from support_agent.feed import QUIET_HIDES
 from support_agent.store.conversations import ConversationStore, StoredMessage
 from tests.integration.conftest import Api, deployed_stack
 from tests.support.openapi import assert_documented
-from tests.support.scripted import answer, tool_use, tools
+from tests.support.scripted import answer, seed_scenario, tool_use, tools
 
 # What only a tool call's input or result holds: the order's item and status, the tools' names and fields.
 TOOL_DATA = ("Trail running shoes", "DELIVERED", "lookup_order", "request_refund", "order_id", 'amount_cents": 18900')
@@ -38,11 +38,7 @@ def api_messages(api: Api, cid: str) -> list[StoredMessage]:
 
 def test_quiet_leaves_tool_data_out_of_every_customer_body(api: Api) -> None:
     assert api.stack.function_env("ChatFunction")["TRANSPARENCY"] == "quiet"
-    api.model.script = [
-        tools(tool_use("lookup_order", {"order_id": 1042})),
-        tools(tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": "customer request"})),
-        answer("Your refund needs a teammate's approval."),
-    ]
+    api.model.script = seed_scenario("customer request", "Your refund needs a teammate's approval.")
     status, turn, headers = api.call("POST", "/api/chat", {"conversationId": None, "message": "Refund order 1042"})
     assert status == 200, turn
     assert "trace" not in turn and turn["iterations"] == 3

@@ -34,6 +34,7 @@ from support_agent.ids import new_conversation_id
 from support_agent.refunds.keys import attempt_key
 from support_agent.refunds.ledger import RefundLedger
 from support_agent.refunds.ledger_row import LEDGER_INDEX, LEDGER_INDEX_KEY, LedgerRow
+from support_agent.refunds.provider.port import RefundAttempt
 from support_agent.refunds.reconcile import Difference, Reconciler, ReconcileReport
 from support_agent.store.dynamo import from_item, to_item
 from support_agent.tools.registry import ToolContext
@@ -291,7 +292,7 @@ def test_two_live_refunds_for_one_key_are_a_duplicate_refund(world: World) -> No
     order_id, intent = world.order()
     row = world.direct(order_id, 2_000)
     # A second attempt key for the same refund, sent although the first refund exists (the bug the key prevents).
-    second = world.payments.refund(attempt_key(row.refund_key, 2), intent, 2_000, "usd", row.metadata)
+    second = world.payments.refund(RefundAttempt(attempt_key(row.refund_key, 2), intent, 2_000, "usd", row.metadata))
 
     difference = only(world.reconcile(), "duplicate_refund")
     assert difference.refund_key == row.refund_key
@@ -307,7 +308,9 @@ def test_every_kind_at_once_each_found_exactly_once(world: World) -> None:
     status = world.direct(orders[3][0], 2_000)
     world.edit(status, status="FAILED")
     duplicated = world.direct(orders[4][0], 1_000)
-    world.payments.refund(attempt_key(duplicated.refund_key, 2), orders[4][1], 1_000, "usd", duplicated.metadata)
+    world.payments.refund(
+        RefundAttempt(attempt_key(duplicated.refund_key, 2), orders[4][1], 1_000, "usd", duplicated.metadata)
+    )
 
     report = world.reconcile()
     found = sorted((d.kind, d.refund_key or d.refund_ids[0]) for d in report.differences)

@@ -24,7 +24,7 @@ from support_agent.clock import iso, utc_now
 from support_agent.ids import new_approval_id
 from support_agent.refunds.keys import approved_refund_sk
 from support_agent.refunds.ledger import RefundLedger
-from support_agent.refunds.ledger_row import LedgerRow, Outcome
+from support_agent.refunds.ledger_row import By, LedgerRow, Outcome
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import to_item
@@ -112,6 +112,17 @@ def decide(api: Api, approval_id: str, verb: str) -> tuple[int, Any]:
     return status, body
 
 
+def stripe_refund(status: str, refund_id: str | None = None, failure: str | None = None) -> dict[str, Any]:
+    """An approval's refund as the lead API shows it, made through Stripe (never failed late here)."""
+    return {
+        "provider": "stripe",
+        "refundId": refund_id,
+        "status": status,
+        "failureReason": failure,
+        "failedLateAt": None,
+    }
+
+
 # ------------------------------------------------------------------ decisions during SETTLING
 
 
@@ -126,13 +137,7 @@ def test_approving_again_while_settling_waits_then_answers_202_and_starts_nothin
 
     assert (status, body["status"]) == (202, "SETTLING"), body
     assert waited >= 0.4, "it answers after waiting for the refund, as during APPROVED"
-    assert body["refund"] == {
-        "provider": "stripe",
-        "refundId": None,
-        "status": "REQUESTED",
-        "failureReason": None,
-        "failedLateAt": None,
-    }
+    assert body["refund"] == stripe_refund("REQUESTED")
     assert money.executions(approval_id) == []  # no RefundFlow execution was started
     assert (money.row(approval_id), money.trail(approval_id), money.order(approval_id)) == before
     assert before[0].attempt == 1 and before[1] == ["refund_requested", "approval_approved", "refund_started"]
@@ -145,7 +150,7 @@ def test_approving_while_settling_answers_200_when_the_refund_settles_during_the
 
     def provider_answers() -> None:
         time.sleep(0.3)
-        money.ledger.record(row, Outcome("SUCCEEDED", "re_settled_1", "succeeded"), money.now(), "refund-flow")
+        money.ledger.record(row, Outcome("SUCCEEDED", "re_settled_1", "succeeded"), money.now(), By("refund-flow"))
 
     answering = threading.Thread(target=provider_answers)
     with serialised_moto():
@@ -154,13 +159,7 @@ def test_approving_while_settling_answers_200_when_the_refund_settles_during_the
         answering.join(10)
 
     assert (status, body["status"]) == (200, "REFUNDED"), body
-    assert body["refund"] == {
-        "provider": "stripe",
-        "refundId": "re_settled_1",
-        "status": "SUCCEEDED",
-        "failureReason": None,
-        "failedLateAt": None,
-    }
+    assert body["refund"] == stripe_refund("SUCCEEDED", "re_settled_1")
     assert money.executions(approval_id) == []
     assert money.order(approval_id) == (0, 0, 18_900)
 
@@ -225,40 +224,22 @@ def test_the_approval_view_carries_the_providers_refund(api: Api, money: Money) 
     assert view(pending)["refund"] is None  # RefundFlow has not started one
 
     approval_id = money.settling(provider="stripe")
-    assert view(approval_id)["refund"] == {
-        "provider": "stripe",
-        "refundId": None,
-        "status": "REQUESTED",
-        "failureReason": None,
-        "failedLateAt": None,
-    }
+    assert view(approval_id)["refund"] == stripe_refund("REQUESTED")
 
     row = money.ledger.record(
-        money.row(approval_id), Outcome("SETTLING", "re_pending_1", "pending"), money.now(), "refund-flow"
+        money.row(approval_id), Outcome("SETTLING", "re_pending_1", "pending"), money.now(), By("refund-flow")
     )
     shown = view(approval_id)
     assert (shown["status"], shown["refund"]) == (
         "SETTLING",
-        {
-            "provider": "stripe",
-            "refundId": "re_pending_1",
-            "status": "SETTLING",
-            "failureReason": None,
-            "failedLateAt": None,
-        },
+        stripe_refund("SETTLING", "re_pending_1"),
     )
 
-    money.ledger.record(row, Outcome("SUCCEEDED", "re_pending_1", "succeeded"), money.now(), "refund-flow")
+    money.ledger.record(row, Outcome("SUCCEEDED", "re_pending_1", "succeeded"), money.now(), By("refund-flow"))
     shown = view(approval_id)
     assert (shown["status"], shown["refund"]) == (
         "REFUNDED",
-        {
-            "provider": "stripe",
-            "refundId": "re_pending_1",
-            "status": "SUCCEEDED",
-            "failureReason": None,
-            "failedLateAt": None,
-        },
+        stripe_refund("SUCCEEDED", "re_pending_1"),
     )
     _, listing, _ = api.call("GET", "/api/approvals?status=REFUNDED", token=api.lead())
     (listed,) = [a for a in listing["approvals"] if a["approvalId"] == approval_id]
@@ -271,17 +252,11 @@ def test_a_refused_refund_shows_failed_with_no_refund_id(api: Api, money: Money)
         money.row(approval_id),
         Outcome("FAILED", provider_status="refused", failure_code="charge_already_refunded"),
         money.now(),
-        "refund-flow",
+        By("refund-flow"),
     )
     code, body, _ = api.call("GET", f"/api/approvals/{approval_id}", token=api.lead())
     assert (code, body["status"]) == (200, "FAILED")
-    assert body["refund"] == {
-        "provider": "stripe",
-        "refundId": None,
-        "status": "FAILED",
-        "failureReason": "charge_already_refunded",
-        "failedLateAt": None,
-    }
+    assert body["refund"] == stripe_refund("FAILED", failure="charge_already_refunded")
     assert money.order(approval_id) == (0, 18_900, 0)  # kept for the lead to retry or release
 
 

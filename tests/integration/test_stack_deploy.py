@@ -10,6 +10,7 @@ import pytest
 from moto import mock_aws
 
 from devstack.stack import Stack, deploy
+from tests.support.routes import CHAT_ROUTES
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:anthropic-key-AbCdEf"
 
@@ -137,12 +138,7 @@ def test_chat_function_configuration(stack: Stack) -> None:
 
 def test_routes_come_from_the_template(stack: Stack) -> None:
     routes = {(r.method, r.path, r.function) for r in stack.routes}
-    assert {
-        ("POST", "/api/chat", "ChatFunction"),
-        ("GET", "/api/conversations", "ChatFunction"),
-        ("GET", "/api/conversations/{id}", "ChatFunction"),
-        ("GET", "/api/health", "ChatFunction"),
-    } <= routes
+    assert {(method, path, "ChatFunction") for method, path in CHAT_ROUTES} <= routes
 
 
 def test_only_what_moto_cannot_deploy_is_skipped(stack: Stack) -> None:

@@ -33,12 +33,13 @@ from support_agent.ids import new_approval_id, new_conversation_id
 from support_agent.mcp.our_tools import McpServices, call_tool
 from support_agent.refunds import keys as refund_keys
 from support_agent.refunds.ledger_row import LedgerRow
+from support_agent.refunds.provider.port import RefundAttempt
 from support_agent.refunds.reconcile import Reconciler
 from support_agent.refunds.sweep import PaymentSweeper
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import from_item, to_item, to_values
-from support_agent.tools.registry import ToolContext
+from support_agent.tools.registry import ToolContext, ToolOutcome
 from support_agent.wiring import build_registry, build_settler
 from tests.integration.conftest import EVENTS, Api
 from tests.support.approvals import put_pending_approval
@@ -114,6 +115,12 @@ class World:
         """A direct refund through the refund tool (the chat's path): the provider says succeeded or pending."""
         order_id = self.order(4000)
         self.stripe.new_refund_status = "pending" if pending else "succeeded"
+        out, sk = self.ask_refund(order_id, amount, "arrived broken")
+        assert out.result["status"] == ("REFUND_IN_PROGRESS" if pending else "REFUNDED"), out.result
+        return self.row(sk)
+
+    def ask_refund(self, order_id: int, amount: int, reason: str) -> tuple[ToolOutcome, str]:
+        """The customer's refund tool called, in a new conversation: its outcome, and its ledger row's key."""
         conversation, tool_use = new_conversation_id(), f"toolu_{order_id}"
         ctx = ToolContext(
             Principal(f"customer-{self.customer}", "customer", self.customer),
@@ -124,10 +131,8 @@ class World:
             "req",
             utc_now(),
         )
-        args = {"order_id": order_id, "amount_cents": amount, "reason": "arrived broken"}
-        out = self.registry.execute("request_refund", args, ctx)
-        assert out.result["status"] == ("REFUND_IN_PROGRESS" if pending else "REFUNDED"), out.result
-        return self.row(refund_keys.request_sk(conversation, 1, tool_use))
+        args = {"order_id": order_id, "amount_cents": amount, "reason": reason}
+        return self.registry.execute("request_refund", args, ctx), refund_keys.request_sk(conversation, 1, tool_use)
 
     def approved(self, amount: int = 18_900, *, pending: bool = False) -> LedgerRow:
         """An approved refund as RefundFlow makes it: approved by a lead, APPROVED -> SETTLING, one provider call."""
@@ -238,19 +243,9 @@ def test_an_unknown_outcome_is_settled_by_the_webhook(world: World) -> None:
     world.stripe.inject(POST, Fault.TIMEOUT_AFTER)
     world.stripe.inject(POST, Fault.RATE_LIMIT, times=2)  # both retries (same key) refused before running
     order_id = world.order(4000)
-    conversation, tool_use = new_conversation_id(), f"toolu_{order_id}"
-    ctx = ToolContext(
-        Principal(f"customer-{world.customer}", "customer", world.customer),
-        world.customer,
-        conversation,
-        1,
-        tool_use,
-        "req",
-        utc_now(),
-    )
-    out = world.registry.execute("request_refund", {"order_id": order_id, "amount_cents": 1500, "reason": "x"}, ctx)
+    out, sk = world.ask_refund(order_id, 1500, "x")
     assert out.result["status"] == "REFUND_IN_PROGRESS", out.result
-    row = world.row(refund_keys.request_sk(conversation, 1, tool_use))
+    row = world.row(sk)
     assert (row.status, row.refund_id) == ("SETTLING", "")
     assert world.deliver() == ["applied", "unchanged"]
     after = world.row(row.sk)
@@ -447,7 +442,7 @@ def test_the_simulated_stripe_delivers_on_a_background_thread_after_its_answer()
     transport.stripe.webhooks.configure(endpoint, SECRET)
     transport.stripe.webhooks.delay_seconds = 0.0
     transport.stripe.webhooks.duplicate = True
-    refund = provider_for(transport).refund("apr_x#1", "pi_demo_1042", 1000, "usd", {"customer_id": "7"})
+    refund = provider_for(transport).refund(RefundAttempt("apr_x#1", "pi_demo_1042", 1000, "usd", {"customer_id": "7"}))
     assert done.wait(5), got
     assert transport.stripe.webhooks.wait(5)
     assert {name for name, _, _ in got} == {"simulated-stripe-webhooks"}

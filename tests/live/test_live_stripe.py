@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from support_agent.refunds.keys import attempt_key
+from support_agent.refunds.provider.port import RefundAttempt
 from support_agent.refunds.provider.stripe import StripeProvider
 
 pytestmark = [
@@ -72,8 +73,10 @@ def test_a_partial_refund_twice_with_one_attempt_key_is_one_refund_that_find_fin
     refund_key = f"live-test:{uuid.uuid4().hex}"
     key = attempt_key(refund_key, 1)
     metadata = {"conversation_id": "live-test"}
-    first = provider.refund(key, payment_intent, REFUNDED, "USD", metadata)
-    second = provider.refund(key, payment_intent, REFUNDED, "USD", metadata)  # Stripe replays the first answer
+    first = provider.refund(RefundAttempt(key, payment_intent, REFUNDED, "USD", metadata))
+    second = provider.refund(
+        RefundAttempt(key, payment_intent, REFUNDED, "USD", metadata)
+    )  # Stripe replays the first answer
 
     assert first.id == second.id and first.id.startswith("re_")
     assert (first.amount, first.currency, first.payment_intent) == (REFUNDED, "usd", payment_intent)

@@ -19,16 +19,14 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
-
-import pydantic
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
 from support_agent.agent import history as hist
 from support_agent.agent.prompt import SYSTEM_PROMPT
 from support_agent.llm.anthropic import build_body, encode_body
+from support_agent.llm.base import LlmRequest
 from support_agent.store.dynamo import from_item, to_values
+from tests.support.sdk_judge import sdk_problems
 
 OPEN_APPROVAL = ("PENDING", "APPROVED", "FAILED")
 FENCE_TAG = re.compile(r"</?untrusted-data-[0-9a-f]{16}>")
@@ -125,34 +123,12 @@ class World:
 # -- history ----------------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
-def _sdk_params() -> pydantic.TypeAdapter[Any]:
-    return pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
-
-
-def sdk_problems(body: dict[str, Any]) -> list[str]:
-    """Why the SDK's request types refuse (or would change) a request body; empty when they accept it."""
-
-    def force(value: Any) -> Any:  # Iterable fields validate lazily: consume them
-        if isinstance(value, dict):
-            return {k: force(v) for k, v in value.items()}
-        if value is None or isinstance(value, str | bytes | int | float | bool):
-            return value
-        return [force(v) for v in value]
-
-    try:
-        validated = force(_sdk_params().validate_python(body))
-    except pydantic.ValidationError as exc:
-        return [f"SDK rejects the request: {exc.errors()[:3]}"]
-    return [] if validated == body else ["SDK validation changed the request (stray or coerced field)"]
-
-
 def history_problems(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[str]:
     """`history.problems` plus: the next request built from this history is one the API accepts."""
     found = hist.problems(messages)
     if not found and messages:
         nxt = hist.for_request([*messages, {"role": "user", "content": [{"type": "text", "text": "next"}]}])
-        body = build_body("claude-test", 1024, SYSTEM_PROMPT, nxt, tools, None)
+        body = build_body("claude-test", 1024, LlmRequest(SYSTEM_PROMPT, nxt, tools, None))
         found += sdk_problems(body)
         try:  # what the client would send: UTF-8, and strict JSON (no NaN/Infinity, which the API refuses)
             json.loads(encode_body(body), parse_constant=_refuse)
@@ -212,6 +188,13 @@ def check_money(world: World, customer_id: int, order_ids: Iterable[int] | None 
         assert done == sum(direct) + sum(approved), (oid, done, direct, approved)
         held = [int(a["amount_cents"]) for a in approvals if int(a["order_id"]) == oid and a["status"] in OPEN_APPROVAL]
         assert res == sum(held), f"order {oid}: reserved {res} but open approvals hold {held}"
+
+
+def check_turn(world: World, cid: str, tools: list[dict[str, Any]], own_orders: Iterable[int] | None = None) -> None:
+    """A turn of customer 7's, judged on state: its conversation (`check_conversation`) and its money, on
+    ``own_orders`` or all its orders (`check_money`)."""
+    check_conversation(world, cid, tools)
+    check_money(world, 7, own_orders)
 
 
 def untouched(world: World, customer_id: int) -> None:

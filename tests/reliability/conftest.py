@@ -27,22 +27,18 @@ RELIABILITY_DIR = Path(__file__).resolve().parent
 # RELIABILITY_NO_SHRINK=1 reports the first failing example as found (shrinking a turn-level failure is slow).
 _PHASES = tuple(p for p in Phase if not (os.environ.get("RELIABILITY_NO_SHRINK") and p == Phase.shrink))
 
-settings.register_profile(
-    "reliability-ci",
-    max_examples=int(os.environ.get("RELIABILITY_EXAMPLES", "60")),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    print_blob=True,
-    phases=_PHASES,
-)
-settings.register_profile(
-    "reliability-slow",
-    max_examples=int(os.environ.get("RELIABILITY_SLOW_EXAMPLES", "2000")),
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    print_blob=True,
-    phases=_PHASES,
-)
+for _profile, _variable, _examples in [
+    ("reliability-ci", "RELIABILITY_EXAMPLES", "60"),
+    ("reliability-slow", "RELIABILITY_SLOW_EXAMPLES", "2000"),
+]:
+    settings.register_profile(
+        _profile,
+        max_examples=int(os.environ.get(_variable, _examples)),
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+        phases=_PHASES,
+    )
 CI = settings.get_profile("reliability-ci")
 SLOW = settings.get_profile("reliability-slow")
 

@@ -27,10 +27,9 @@ from typing import Any
 import boto3
 import httpx
 
-from devstack.seed import put_order
 from devstack.tokens import DEFAULT_DEV_SECRET, mint_token
-from support_agent.store.dynamo import to_item
 from tests.reliability.checks import World, check_conversation, check_money
+from tests.support.shop_rows import put_invoice, put_one_item_order
 
 FIRST_CUSTOMER = 500
 ORDERS = ((1, "DELIVERED", 18_900), (2, "SHIPPED", 2_500), (3, "DELIVERED", 16_000), (4, "PROCESSING", 3_200))
@@ -86,31 +85,8 @@ def seed_customers(world: World, count: int, first: int = FIRST_CUSTOMER) -> lis
     for cid in customers:
         for n, status, total in ORDERS:
             oid = cid * 100 + n
-            put_order(
-                world.ddb,
-                world.customer_data,
-                cid,
-                oid,
-                total,
-                status=status,
-                items=[{"name": "Thing", "quantity": 1, "price_cents": total}],
-                note="",
-                placed_at="2026-10-02T10:15:00Z",
-            )
-            world.ddb.put_item(
-                TableName=world.customer_data,
-                Item=to_item(
-                    {
-                        "customer_id": cid,
-                        "sk": f"INVOICE#{oid}",
-                        "invoice_id": oid,
-                        "order_id": oid,
-                        "amount_cents": total,
-                        "currency": "USD",
-                        "memo": "",
-                    }
-                ),
-            )
+            put_one_item_order(world.ddb, world.customer_data, cid, oid, total, "Thing", status=status, note="")
+            put_invoice(world.ddb, world.customer_data, cid, oid, oid, total)
     return customers
 
 

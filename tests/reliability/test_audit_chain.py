@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support_agent.audit.chain import Head, chain, link_hash, payload_hash, verify
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain, link_hash, payload_hash, verify
 from support_agent.store.dynamo import from_item
 from tests.reliability.conftest import CI
 
@@ -224,7 +224,7 @@ def test_the_encoding_is_pinned() -> None:
     record = AuditRecord("approval#apr_1", "approval_approved", "lead-1", "APPROVED", 7, "2026-12-03T00:00:00Z")
     record = dataclasses.replace(record, output={"amount_cents": 9000, "note": "é"}, event_id="01J0")
     (row,), head = chain(Head(), [record])
-    from support_agent.store.audit_chain import canonical
+    from support_agent.audit.chain import canonical
 
     stored = from_item(row.put("Audit")["Put"]["Item"])
     assert (

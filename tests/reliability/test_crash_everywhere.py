@@ -26,7 +26,7 @@ from support_agent.errors import Conflict
 from support_agent.llm.base import LlmResponse
 from support_agent.messages import Usage
 from support_agent.store.approvals import ApprovalStore
-from tests.reliability.checks import MotoSnapshot, World, check_conversation, check_money
+from tests.reliability.checks import MotoSnapshot, World, check_turn
 from tests.reliability.figures import count
 from tests.support.harness import Crash, Harness
 from tests.support.scripted import FakeModel, Request
@@ -134,8 +134,7 @@ def queued(h: Harness) -> set[str]:
 
 
 def verify(h: Harness, world: World, cid: str, model: RefundModel, direct: bool) -> None:
-    check_conversation(world, cid, h.agent.tools.specs)
-    check_money(world, 7)
+    check_turn(world, cid, h.agent.tools.specs)
     order = world.order(7, model.order)
     rows = [r for r in world.customer_rows(7, "REFUND#") if int(r["order_id"]) == model.order]
     approvals = [a for a in world.scan(world.approvals) if int(a.get("order_id", 0)) == model.order]

@@ -23,7 +23,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from devstack.seed import put_order
 from support_agent.agent import history as hist
 from support_agent.agent.untrusted import unfence
 from support_agent.contract import status_and_code
@@ -32,7 +31,6 @@ from support_agent.llm.anthropic import AnthropicClient
 from support_agent.llm.base import LlmResponse, Message, Usage
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.retry import RetryPolicy
-from support_agent.store.dynamo import to_item
 from tests.reliability.checks import (
     BackendWorld,
     MotoSnapshot,
@@ -47,6 +45,7 @@ from tests.reliability.conftest import CI, SLOW
 from tests.reliability.figures import count
 from tests.support.harness import Harness, make_harness
 from tests.support.scripted import FakeModel, Request
+from tests.support.shop_rows import put_invoice, put_one_item_order
 from tests.support.transport import scripted_transport
 
 TOOLS = ("lookup_order", "list_invoices", "request_refund", "escalate_to_human")
@@ -116,33 +115,11 @@ def put_orders(h: Harness, n: int) -> Orders:
         (8, o.other_delivered, "DELIVERED", 7400, "SECRET-8 stove", "SECRET-8 note: gate code 4471"),
         (8, o.other_small, "DELIVERED", 4300, "SECRET-8 lamp", ""),
     ]
+    table = h.settings.customer_data_table
     for customer, oid, status, total, item, note in rows:
-        put_order(
-            h.ddb,
-            h.settings.customer_data_table,
-            customer,
-            oid,
-            total,
-            status=status,
-            items=[{"name": item, "quantity": 1, "price_cents": total}],
-            note=note,
-            placed_at="2026-10-02T10:15:00Z",
-        )
+        put_one_item_order(h.ddb, table, customer, oid, total, item, status=status, note=note)
     for inv, oid in zip(o.other_invoices, (o.other_delivered, o.other_small), strict=True):
-        h.ddb.put_item(
-            TableName=h.settings.customer_data_table,
-            Item=to_item(
-                {
-                    "customer_id": 8,
-                    "sk": f"INVOICE#{inv}",
-                    "invoice_id": inv,
-                    "order_id": oid,
-                    "amount_cents": 100,
-                    "currency": "USD",
-                    "memo": "SECRET-8 memo",
-                }
-            ),
-        )
+        put_invoice(h.ddb, table, 8, inv, oid, 100, "SECRET-8 memo")
     return o
 
 

@@ -23,24 +23,14 @@ from typing import Any
 
 import pytest
 
-from devstack.seed import put_order
 from support_agent.agent.untrusted import unfence
 from support_agent.llm.base import LlmResponse
 from support_agent.messages import Usage
-from support_agent.store.dynamo import to_item
-from tests.reliability.checks import (
-    BackendWorld,
-    MotoSnapshot,
-    World,
-    check_conversation,
-    check_money,
-    ints_in,
-    leaks,
-    untouched,
-)
+from tests.reliability.checks import BackendWorld, MotoSnapshot, World, check_turn, ints_in, leaks, untouched
 from tests.reliability.figures import count
 from tests.support.harness import Harness
 from tests.support.scripted import FakeModel, Request
+from tests.support.shop_rows import put_invoice, put_one_item_order
 
 CORPUS = json.loads((Path(__file__).with_name("injections.json")).read_text())["payloads"]
 PLACES = ("note", "memo", "item")
@@ -118,30 +108,9 @@ class ObedientModel(FakeModel):
 def plant(h: Harness, payload: str, place: str) -> None:
     """The victim's own order and invoice, with the payload where a third party could have written it."""
     table = h.settings.customer_data_table
-    put_order(
-        h.ddb,
-        table,
-        7,
-        OWN_ORDER,
-        OWN_TOTAL,
-        items=[{"name": payload if place == "item" else "Tent", "quantity": 1, "price_cents": OWN_TOTAL}],
-        note=payload if place == "note" else "",
-        placed_at="2026-10-02T10:15:00Z",
-    )
-    h.ddb.put_item(
-        TableName=table,
-        Item=to_item(
-            {
-                "customer_id": 7,
-                "sk": f"INVOICE#{OWN_INVOICE}",
-                "invoice_id": OWN_INVOICE,
-                "order_id": OWN_ORDER,
-                "amount_cents": OWN_TOTAL,
-                "currency": "USD",
-                "memo": payload if place == "memo" else "",
-            }
-        ),
-    )
+    item = payload if place == "item" else "Tent"
+    put_one_item_order(h.ddb, table, 7, OWN_ORDER, OWN_TOTAL, item, note=payload if place == "note" else "")
+    put_invoice(h.ddb, table, 7, OWN_INVOICE, OWN_ORDER, OWN_TOTAL, payload if place == "memo" else "")
 
 
 def attack(h: Harness, model: ObedientModel, world: World, entry: dict[str, Any], place: str) -> Counter[str]:
@@ -160,8 +129,7 @@ def attack(h: Harness, model: ObedientModel, world: World, entry: dict[str, Any]
         assert "<" not in inner and ">" not in inner, f"{entry['id']}: a tag-like string inside the fence"
 
     # State, not text.
-    check_conversation(world, cid, h.agent.tools.specs)
-    check_money(world, 7, [OWN_ORDER])
+    check_turn(world, cid, h.agent.tools.specs, [OWN_ORDER])
     untouched(world, 8)
     # Ids the attacker wrote into the data, or the model sent, are no leak when they come back.
     written = ints_in(model.payload) | {i for it in result.trace for c in it["toolCalls"] for i in ints_in(c["input"])}

@@ -10,6 +10,7 @@ Both paths: the synchronous one (`Agent.run_turn`) and the worker's (`TurnWorker
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from support_agent.agent import lifecycle
 from support_agent.errors import LeaseLost
 from support_agent.refunds.requests import RefundWriter
-from tests.reliability.checks import World, check_conversation, check_money
+from tests.reliability.checks import World, check_turn
 from tests.reliability.test_crash_everywhere import RefundModel
 from tests.reliability.test_worker_crashes import CID, hand_over, rig
 from tests.support.harness import Harness
@@ -42,11 +43,30 @@ def _refund_rows(world: World) -> list[dict[str, Any]]:
 def _after(h: Harness, world: World, cid: str) -> None:
     """The history is valid, one audit row per tool_use, the money invariant; and no refund of the call B
     answered "not executed"."""
-    check_conversation(world, cid, h.agent.tools.specs)
-    check_money(world, 7)
+    check_turn(world, cid, h.agent.tools.specs)
     results = _answered_not_executed(world, cid)
     assert results and all(r["is_error"] for r in results), results
     assert _refund_rows(world) == [] and h.order(ORDER).refunded_cents == 0 and h.order(ORDER).reserved_cents == 0
+
+
+def _greeted(h: Harness) -> tuple[str, World]:
+    """A conversation whose first turn asked for nothing (the model refunds when asked): its id, and the world."""
+    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
+    cid = h.turn("hello").conversation_id
+    return cid, World.of_settings(h.ddb, h.settings)
+
+
+def _after_write_ahead(h: Harness, meanwhile: Callable[[], None]) -> None:
+    """``meanwhile`` runs once, as the next turn has stored its tool_use (write-ahead) and not yet run the tool."""
+    checkpoint = h.agent.checkpoint
+
+    def hook(step: str) -> None:
+        if step == "after_write_ahead":
+            h.agent.checkpoint = checkpoint
+            meanwhile()
+        checkpoint(step)
+
+    h.agent.checkpoint = hook
 
 
 def test_a_turn_whose_lease_was_taken_over_cannot_write_its_refund(
@@ -55,9 +75,7 @@ def test_a_turn_whose_lease_was_taken_over_cannot_write_its_refund(
     """The race the check before each tool cannot close: B takes the lease between A's check and A's money write.
     The write's ConditionCheck on the lease fails: nothing reserved, nothing refunded, A's turn ends 409."""
     h = harness
-    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
-    cid = h.turn("hello").conversation_id
-    world = World.of_settings(h.ddb, h.settings)
+    cid, world = _greeted(h)
     real = RefundWriter.direct
     taken: list[str] = []
 
@@ -82,20 +100,14 @@ def test_a_turn_whose_lease_lapsed_and_was_taken_runs_no_tool(harness: Harness) 
     lease meanwhile, answering A's stored call "not executed". A's check before the tool cannot renew the lease
     (it is no longer A's): A runs nothing and ends 409; one answer to the call, no refund."""
     h = harness
-    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
-    cid = h.turn("hello").conversation_id
-    world = World.of_settings(h.ddb, h.settings)
-    checkpoint = h.agent.checkpoint
+    cid, world = _greeted(h)
 
-    def b_meanwhile(step: str) -> None:
-        if step == "after_write_ahead":
-            h.agent.checkpoint = checkpoint
-            h.clock.advance(h.settings.lease_seconds + 1)
-            h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)  # B answers in words
-            h.turn("hello?", cid)
-        checkpoint(step)
+    def b_meanwhile() -> None:
+        h.clock.advance(h.settings.lease_seconds + 1)
+        h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)  # B answers in words
+        h.turn("hello?", cid)
 
-    h.agent.checkpoint = b_meanwhile
+    _after_write_ahead(h, b_meanwhile)
     with pytest.raises(LeaseLost):
         h.turn("please refund order 1043", cid)
     _after(h, world, cid)
@@ -105,21 +117,10 @@ def test_a_lapsed_lease_nobody_took_is_renewed_and_the_turn_goes_on(harness: Har
     """The same overstay with nobody waiting: the lease is still A's, so A renews it before the tool and the
     refund is made once, fenced by the renewed lease."""
     h = harness
-    h.agent.llm = RefundModel(ORDER, AMOUNT, greet=True)
-    cid = h.turn("hello").conversation_id
-    world = World.of_settings(h.ddb, h.settings)
-    checkpoint = h.agent.checkpoint
-
-    def lapse(step: str) -> None:
-        if step == "after_write_ahead":
-            h.agent.checkpoint = checkpoint
-            h.clock.advance(h.settings.lease_seconds + 1)
-        checkpoint(step)
-
-    h.agent.checkpoint = lapse
+    cid, world = _greeted(h)
+    _after_write_ahead(h, lambda: h.clock.advance(h.settings.lease_seconds + 1))
     h.turn("please refund order 1043", cid)
-    check_conversation(world, cid, h.agent.tools.specs)
-    check_money(world, 7)
+    check_turn(world, cid, h.agent.tools.specs)
     assert len(_refund_rows(world)) == 1 and h.order(ORDER).refunded_cents == AMOUNT
 
 
@@ -142,17 +143,9 @@ def test_the_worker_stops_before_its_tool_once_its_keeper_reports_the_lease_lost
             pass
 
     monkeypatch.setattr(lifecycle, "LeaseKeeper", Keeper)
-    checkpoint = h.agent.checkpoint
-
-    def lost(step: str) -> None:
-        if step == "after_write_ahead":
-            keepers[-1].lost = True
-        checkpoint(step)
-
-    h.agent.checkpoint = lost
+    _after_write_ahead(h, lambda: setattr(keepers[-1], "lost", True))
     _turn_id, message = hand_over(h, turns, queue_url)
     assert worker.run(message) == "failed"
-    h.agent.checkpoint = checkpoint
     assert _refund_rows(world) == []
     h.clock.advance(h.settings.lease_seconds + 1)
     model.greet = True

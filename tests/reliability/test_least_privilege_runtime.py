@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,8 +36,8 @@ from moto.core.authorization import enable_iam_authentication
 from devstack.seed import put_order
 from devstack.stack import Stack
 from support_agent import wiring
+from support_agent.audit.seal import SealWriter, newest_heads
 from support_agent.store.audit import AuditStore
-from support_agent.store.audit_seal import SealWriter, newest_heads
 from support_agent.store.dynamo import to_item
 from tests.integration.conftest import Api
 from tests.integration.test_audit_watcher_stream import Stream
@@ -45,6 +46,8 @@ from tests.support.scripted import answer, tool_use, tools
 from tests.unit.test_template import KEY_PREFIXES, granted_pairs
 
 Pair = tuple[str, str]
+# What a function may do to a notification's item of the Conversations table (``note#<conversation id>``).
+NOTE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 ITEM_ACTIONS = {
     "Put": "PutItem",
     "Update": "UpdateItem",
@@ -120,13 +123,18 @@ class Recorder:
         if self._target(str(body.get("TableName", ""))) == "ConversationsTable" and "conversation_id" in key:
             self.conversation_keys.add((action, str(key["conversation_id"]["S"])))
 
-    def notes_only(
-        self, actions: tuple[str, ...] = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
-    ) -> bool:
+    def notes_only(self, actions: tuple[str, ...] = NOTE_ACTIONS) -> bool:
         """Every item of the Conversations table the function touched with ``actions`` was a notification's
         (``note#<conversation id>``: what the role's LeadingKeys condition allows), and there was one."""
         touched = [key for action, key in self.conversation_keys if action in actions]
         return bool(touched) and all(key.startswith("note#") for key in touched)
+
+    def run(self, forbidden: dict[str, Callable[[], Any]], notes: tuple[str, ...] | None = None) -> Run:
+        """What the function did so far, and which of the ``forbidden`` calls IAM refuses it (tried now: call this
+        under ``as_function``). With ``notes``, whether those actions touched only notifications (``notes_only``)."""
+        used, keys = set(self.pairs), sorted(self.conversation_keys)
+        notes_only = None if notes is None else self.notes_only(notes)
+        return Run(used, {name: denied(call) for name, call in forbidden.items()}, notes_only, keys)
 
     def prefixes_used(self, function: str) -> dict[str, set[str]]:
         """Per action the static test bounds by ``dynamodb:LeadingKeys`` (its KEY_PREFIXES), the declared prefixes
@@ -139,6 +147,23 @@ class Recorder:
                 assert matching, f"{function}: {action} of {key!r}, outside its LeadingKeys {declared[action]}"
                 used.setdefault(action, set()).update(matching)
         return used
+
+
+@dataclass
+class Run:
+    """A function's calls under its own role and its refused ones, read while IAM was enforced."""
+
+    used: set[Pair]
+    refused: dict[str, bool]
+    notes_only: bool | None  # None: not asked
+    conversation_keys: list[tuple[str, str]]
+
+    def check(self, stack: Stack, function: str) -> None:
+        """Every forbidden call refused; the Conversations table touched only for notifications (when asked); the
+        calls within the role's grants, every grant used (`check_pairs`)."""
+        assert all(self.refused.values()), self.refused
+        assert self.notes_only is not False, self.conversation_keys
+        check_pairs(stack, function, self.used)
 
 
 @pytest.fixture(scope="module")
@@ -227,12 +252,11 @@ NOT_EXERCISED = {
     ("bedrock:InvokeModel", "param:BedrockModelArns"): "bedrock provider",
     ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"): "bedrock provider",
     # Used by the Lambda service's event source mapping, under the function's role, not by its code.
-    ("sqs:ReceiveMessage", "ApprovalQueue"): "event source mapping",
-    ("sqs:DeleteMessage", "ApprovalQueue"): "event source mapping",
-    ("sqs:GetQueueAttributes", "ApprovalQueue"): "event source mapping",
-    ("sqs:ReceiveMessage", "TurnQueue"): "event source mapping",
-    ("sqs:DeleteMessage", "TurnQueue"): "event source mapping",
-    ("sqs:GetQueueAttributes", "TurnQueue"): "event source mapping",
+    **{
+        (f"sqs:{a}", queue): "event source mapping"
+        for queue in ("ApprovalQueue", "TurnQueue")
+        for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes")
+    },
     # The chat function's turns in its own test end within SyncTurnSeconds; a handed-over turn's send is
     # exercised in test_long_turn_functions_under_their_own_roles.
     ("sqs:SendMessage", "TurnQueue"): "only when a turn is handed over",
@@ -297,11 +321,9 @@ def test_chat_function_under_its_own_role(
                 TopicArn=stack.physical_ids["LeadsTopic"], Message="x"
             ),
         }
-        used = set(recorder.pairs)
-        refused = {name: denied(call) for name, call in forbidden.items()}
-    assert all(refused.values()), refused
-    check_pairs(stack, "ChatFunction", used)
-    count("8-least-privilege", ChatFunction_forbidden_refused=len(refused))
+        run = recorder.run(forbidden)
+    run.check(stack, "ChatFunction")
+    count("8-least-privilege", ChatFunction_forbidden_refused=len(run.refused))
 
 
 def _approval(stack: Stack, status: str, created_at: str, **extra: Any) -> str:
@@ -391,14 +413,10 @@ def test_approvals_function_under_its_own_role(
             ),
             "sns:Publish": lambda: boto3.client("sns").publish(TopicArn=stack.physical_ids["LeadsTopic"], Message="x"),
         }
-        used = set(recorder.pairs)
         # Its GetItem/PutItem on the Conversations table: only the decisions' notifications (`note#`); its
         # UpdateItem there is also the hand-off close's header and erasure's tombstones (unbounded, as before).
-        notes_only = recorder.notes_only(("dynamodb:GetItem", "dynamodb:PutItem"))
-        refused = {name: denied(call) for name, call in forbidden.items()}
-    assert all(refused.values()), refused
-    assert notes_only, sorted(recorder.conversation_keys)
-    check_pairs(stack, "ApprovalsFunction", used)
+        run = recorder.run(forbidden, notes=("dynamodb:GetItem", "dynamodb:PutItem"))
+    run.check(stack, "ApprovalsFunction")
 
 
 def test_notifier_and_sweep_under_their_own_roles(
@@ -469,12 +487,10 @@ def test_payments_function_under_its_own_role(
                 QueueUrl=stack.physical_ids["ApprovalQueue"], MessageBody="{}"
             ),
         }
-        used = set(recorder.pairs)
-        notes_only = recorder.notes_only()  # the REFUNDED and FAILED decisions' notifications, nothing else
-        refused = {name: denied(call) for name, call in forbidden.items()}
-    assert all(refused.values()), refused
-    assert notes_only, sorted(recorder.conversation_keys)
-    check_pairs(stack, "PaymentsFunction", used)
+        run = recorder.run(
+            forbidden, notes=NOTE_ACTIONS
+        )  # the REFUNDED and FAILED decisions' notifications, nothing else
+    run.check(stack, "PaymentsFunction")
 
 
 def test_seal_function_under_its_own_role(
@@ -506,11 +522,9 @@ def test_seal_function_under_its_own_role(
                 ExpressionAttributeValues={":s": {"S": body["conversationId"]}},
             ),
         }
-        used = set(recorder.pairs)
-        refused = {name: denied(call) for name, call in forbidden.items()}
-    assert all(refused.values()), refused
-    assert used == {("s3:PutObject", "AuditSealBucket/heads/*"), ("s3:GetObject", "AuditSealBucket/heads/*")}
-    check_pairs(stack, "AuditSealFunction", used)
+        run = recorder.run(forbidden)
+    assert run.used == {("s3:PutObject", "AuditSealBucket/heads/*"), ("s3:GetObject", "AuditSealBucket/heads/*")}
+    run.check(stack, "AuditSealFunction")
 
 
 def test_long_turn_functions_under_their_own_roles(
@@ -521,6 +535,12 @@ def test_long_turn_functions_under_their_own_roles(
     grants all used."""
     sqs, ddb = boto3.client("sqs"), boto3.client("dynamodb")
     turns_table, queue = stack.physical_ids["ConversationsTable"], stack.physical_ids["TurnQueue"]
+
+    def delete_a_turn_item() -> Any:  # as the function under test (a client made at the call)
+        return boto3.client("dynamodb").delete_item(
+            TableName=turns_table, Key=to_item({"conversation_id": "x", "seq": 0})
+        )
+
     chat = credentials_for(stack, "ChatFunction")
     started: list[dict[str, Any]] = []
     with as_function(api, "ChatFunction", chat, recorder, monkeypatch):
@@ -540,23 +560,18 @@ def test_long_turn_functions_under_their_own_roles(
     with as_function(api, "TurnWorkerFunction", worker, recorder, monkeypatch):
         event = {"Records": [{"messageId": first["MessageId"], "receiptHandle": "x", "body": first["Body"]}]}
         assert api.handlers["TurnWorkerFunction"](event, None) == {"batchItemFailures": []}
-        used = set(recorder.pairs)
         # (Sending to TurnQueue is refused by the resource scope, which moto does not evaluate: test_template.)
-        refused = {
-            "DeleteItem": denied(
-                lambda: boto3.client("dynamodb").delete_item(
-                    TableName=turns_table, Key=to_item({"conversation_id": "x", "seq": 0})
-                )
-            ),
-            "StartExecution": denied(
-                lambda: boto3.client("stepfunctions").start_execution(
+        run = recorder.run(
+            {
+                "DeleteItem": delete_a_turn_item,
+                "StartExecution": lambda: boto3.client("stepfunctions").start_execution(
                     stateMachineArn=stack.physical_ids["RefundFlow"], name="x", input="{}"
-                )
-            ),
-        }
-    assert all(refused.values()), refused
-    assert ("dynamodb:ConditionCheckItem", "ConversationsTable") in used  # the take-over's check
-    assert used <= granted_pairs(stack.template, "TurnWorkerFunction")
+                ),
+            }
+        )
+    assert all(run.refused.values()), run.refused
+    assert ("dynamodb:ConditionCheckItem", "ConversationsTable") in run.used  # the take-over's check
+    assert run.used <= granted_pairs(stack.template, "TurnWorkerFunction")
 
     # Turn 2 stopped (its lease lapsed, its check due); turn 3's message dead-lettered.
     second, third = started[1], started[2]
@@ -580,17 +595,9 @@ def test_long_turn_functions_under_their_own_roles(
     sweep = credentials_for(stack, "TurnSweepFunction")
     with as_function(api, "TurnSweepFunction", sweep, recorder, monkeypatch):
         out = api.handlers["TurnSweepFunction"]({"source": "aws.scheduler"}, None)
-        used = set(recorder.pairs)
-        refused = {
-            "DeleteItem": denied(
-                lambda: boto3.client("dynamodb").delete_item(
-                    TableName=turns_table, Key=to_item({"conversation_id": "x", "seq": 0})
-                )
-            ),
-        }
+        run = recorder.run({"DeleteItem": delete_a_turn_item})
     assert (out["restarted"], out["dead_lettered"]) == (1, 1), out
-    assert all(refused.values()), refused
-    check_pairs(stack, "TurnSweepFunction", used)
+    run.check(stack, "TurnSweepFunction")
     # Every item it touched is one its LeadingKeys allow, and each allowed prefix was needed.
     assert recorder.prefixes_used("TurnSweepFunction") == KEY_PREFIXES["TurnSweepFunction"]["ConversationsTable"]
 
@@ -600,24 +607,18 @@ def test_long_turn_functions_under_their_own_roles(
     with as_function(api, "EventsFunction", events, recorder, monkeypatch):
         cid = started[0]["conversationId"]
         status, body, _ = api.call("GET", f"/api/conversations/{cid}/events?waitSeconds=1")
-        used = set(recorder.pairs)
         updated = {key for action, key in recorder.conversation_keys if action == "dynamodb:UpdateItem"}
-        refused = {
-            "PutItem": denied(
-                lambda: boto3.client("dynamodb").put_item(
+        run = recorder.run(
+            {
+                "PutItem": lambda: boto3.client("dynamodb").put_item(
                     TableName=turns_table, Item=to_item({"conversation_id": "note#x", "seq": 1})
-                )
-            ),
-            "DeleteItem": denied(
-                lambda: boto3.client("dynamodb").delete_item(
-                    TableName=turns_table, Key=to_item({"conversation_id": "x", "seq": 0})
-                )
-            ),
-        }
+                ),
+                "DeleteItem": delete_a_turn_item,
+            }
+        )
     assert status == 200 and body["events"][-1]["type"] == "turn.completed", body
-    assert all(refused.values()), refused
     assert {key.split("#", 1)[0] for key in updated} == {"rate", "poll"}, updated
-    check_pairs(stack, "EventsFunction", used)
+    run.check(stack, "EventsFunction")
     assert recorder.prefixes_used("EventsFunction") == KEY_PREFIXES["EventsFunction"]["ConversationsTable"]
 
 
@@ -726,12 +727,10 @@ def test_mcp_function_under_its_own_role(
                 TopicArn=stack.physical_ids["LeadsTopic"], Message="x"
             ),
         }
-        used = set(recorder.pairs)
-        refused = {name: denied(call) for name, call in forbidden.items()}
+        run = recorder.run(forbidden)
     assert results[0]["tools"], results[0]
     assert all(not r.get("isError") for r in results[1:]), [r for r in results[1:] if r.get("isError")]
-    assert all(refused.values()), refused
-    check_pairs(stack, "McpFunction", used)
+    run.check(stack, "McpFunction")
     # Its holder and its rate counter, nothing else of the Conversations table (what its LeadingKeys allow).
     assert recorder.prefixes_used("McpFunction") == KEY_PREFIXES["McpFunction"]["ConversationsTable"]
-    count("8-least-privilege", McpFunction_forbidden_refused=len(refused))
+    count("8-least-privilege", McpFunction_forbidden_refused=len(run.refused))

@@ -21,7 +21,7 @@ provider call whose answer reached the process. The counts go to RELIABILITY.md'
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,7 +37,13 @@ from support_agent.llm.base import LlmResponse
 from support_agent.messages import Deadline, Usage
 from support_agent.refunds.ledger import RefundLedger
 from support_agent.refunds.ledger_row import LedgerRow
-from support_agent.refunds.provider.port import PaymentError, PaymentProvider, ProviderRefund, ProviderRefused
+from support_agent.refunds.provider.port import (
+    PaymentError,
+    PaymentProvider,
+    ProviderRefund,
+    ProviderRefused,
+    RefundAttempt,
+)
 from support_agent.refunds.step import ApprovalNotApproved, PaymentOutcomeUnknown, RefundStep
 from support_agent.refunds.sweep import PaymentSweeper
 from support_agent.store.approvals import Approval, ApprovalStore
@@ -49,6 +55,7 @@ from tests.reliability.figures import count
 from tests.support.harness import Harness, make_harness
 from tests.support.scripted import FakeModel, Request
 from tests.support.stripe import POST, InProcessStripe, duplicates, ledger_problems, live, provider_for, stripe_env
+from tests.support.threads import run_together
 
 CUSTOMER = 7
 DIRECT_ORDER, DIRECT_AMOUNT = 1043, 2500  # within the threshold: refunded in the turn
@@ -78,22 +85,13 @@ class Payments:
     name: str = "stripe"
     _lookup_follows: bool = False
 
-    def refund(
-        self,
-        attempt_key: str,
-        payment_intent: str,
-        amount: int,
-        currency: str,
-        metadata: Mapping[str, str],
-        *,
-        deadline: Deadline | None = None,
-    ) -> ProviderRefund:
+    def refund(self, attempt: RefundAttempt, *, deadline: Deadline | None = None) -> ProviderRefund:
         self.calls += 1
         if self.crash == "before_call":
             self.crash = ""
             raise Died("before the provider call")
         try:
-            refund = self.provider.refund(attempt_key, payment_intent, amount, currency, metadata, deadline=deadline)
+            refund = self.provider.refund(attempt, deadline=deadline)
         except PaymentError as exc:
             self._lookup_follows = isinstance(exc, ProviderRefused)  # the settler looks the refund up next
             self._answer()
@@ -357,6 +355,20 @@ def test_direct_refund_crash_and_fault_then_repair_refunds_once(
     tally(w, direct_scenarios=1, crashes=int(crash != "none"))
 
 
+def _died_refunding_part(w: Scenario, monkeypatch: pytest.MonkeyPatch, crash: str) -> str:
+    """Customer 7 asks for part of order 1043 (1000 of 2500: Stripe would take a second refund) and the process dies
+    at ``crash``, its lease left to expire: the conversation's id."""
+    h = w.h
+    h.agent.llm = RefundOnce(amount=1000)
+    cid = h.turn("hello").conversation_id
+    w.payments.crash = crash
+    with monkeypatch.context() as m:
+        m.setattr(h.conversations, "release_lease", lambda *_a, **_k: None)
+        with pytest.raises(Died):
+            h.turn("please refund order 1043", cid)
+    return cid
+
+
 def test_a_repair_days_later_looks_the_refund_up_before_asking_again(
     fresh: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,13 +377,7 @@ def test_a_repair_days_later_looks_the_refund_up_before_asking_again(
     the refund by its refund key first."""
     w = make_world(fresh, INJECTIONS[0])
     h = w.h
-    h.agent.llm = RefundOnce(amount=1000)  # part of the order: Stripe would take a second one
-    cid = h.turn("hello").conversation_id
-    w.payments.crash = "after_call"
-    with monkeypatch.context() as m:
-        m.setattr(h.conversations, "release_lease", lambda *_a, **_k: None)
-        with pytest.raises(Died):
-            h.turn("please refund order 1043", cid)
+    cid = _died_refunding_part(w, monkeypatch, "after_call")
     assert len(w.stripe.refunds()) == 1
     later = datetime.now(UTC) + timedelta(days=2)
     w.stripe.clock.advance(2 * 24 * 3600)
@@ -494,11 +500,7 @@ def test_ten_concurrent_executions_of_one_approval_make_one_refund(
         with lock:
             outcomes.append(status)
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_together([lambda n=n: run(n) for n in range(10)])
     assert len(outcomes) == 10 and "FAILED" not in outcomes, outcomes
     check_approval(w, approvals, approval_id, "ten at once")
     execution(step, approval_id, f"{approval_id}-after")  # a Step Functions retry of the unknown ones
@@ -574,13 +576,7 @@ def test_a_resend_of_an_old_attempt_racing_the_payment_sweep_refunds_once(
     the ledger equals the provider after every step."""
     w = make_world(fresh, INJECTIONS[0])
     h = w.h
-    h.agent.llm = RefundOnce(amount=1000)
-    cid = h.turn("hello").conversation_id
-    w.payments.crash = "before_call"
-    with monkeypatch.context() as m:
-        m.setattr(h.conversations, "release_lease", lambda *_a, **_k: None)
-        with pytest.raises(Died):
-            h.turn("please refund order 1043", cid)
+    cid = _died_refunding_part(w, monkeypatch, "before_call")
     row = w.settler_row(DIRECT_ORDER)
     long_ago = (datetime.now(UTC) - timedelta(seconds=OLD_ATTEMPT)).isoformat(timespec="milliseconds")
     h.ddb.update_item(  # the crash happened long ago: attempt 1 began then, and nothing was sent since

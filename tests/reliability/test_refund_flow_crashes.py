@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +36,7 @@ from support_agent.tools.registry import ToolContext
 from support_agent.wiring import LeadServices, build_lead_services, build_registry
 from tests.reliability.checks import World, check_money
 from tests.reliability.figures import count
+from tests.support.threads import run_together
 
 CUSTOMER = 7
 _orders = itertools.count(61_000)
@@ -189,11 +189,7 @@ def test_replayed_and_concurrent_executions_refund_once(env: dict[str, str]) -> 
     for _ in range(3):  # one after another
         start()
         settle(env, approval_id)
-    threads = [threading.Thread(target=start) for _ in range(8)]  # and all at once
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_together([start] * 8)  # and all at once
     verify(env, world, approval_id, order_id)
     executions = [
         e for e in sfn.list_executions(stateMachineArn=arn)["executions"] if e["name"].startswith(approval_id)

@@ -190,20 +190,22 @@ def test_any_claim_set_under_any_signing_long() -> None:
     settings(parent=SLOW, max_examples=SLOW.max_examples * 5)(_claims_property())()
 
 
-def _mutation_property() -> Any:
+def _customer_7() -> dict[str, Any]:
+    """A valid customer's claims, issued now for an hour."""
     now = int(time.time())
-    valid = _sign(
-        {
-            "sub": "customer-7",
-            "role": "customer",
-            "customer_id": 7,
-            "iss": ISS,
-            "aud": AUD,
-            "iat": now,
-            "exp": now + 3600,
-        },
-        "right",
-    )
+    return {
+        "sub": "customer-7",
+        "role": "customer",
+        "customer_id": 7,
+        "iss": ISS,
+        "aud": AUD,
+        "iat": now,
+        "exp": now + 3600,
+    }
+
+
+def _mutation_property() -> Any:
+    valid = _sign(_customer_7(), "right")
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.=+/ é"
 
     def decoded(token: str) -> list[bytes] | None:
@@ -264,17 +266,7 @@ class Issuer:
 
 
 def _rs_token(kid: str, key: Any) -> str:
-    now = int(time.time())
-    claims = {
-        "sub": "customer-7",
-        "role": "customer",
-        "customer_id": 7,
-        "iss": ISS,
-        "aud": AUD,
-        "iat": now,
-        "exp": now + 3600,
-    }
-    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
+    return jwt.encode(_customer_7(), key, algorithm="RS256", headers={"kid": kid})
 
 
 steps = st.lists(

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from support_agent.agent.handover import HandedOver, HandOver
+from support_agent.agent.lifecycle import TurnLifecycle
 from support_agent.agent.turn_sweep import TurnSweeper
 from support_agent.agent.worker import TurnWorker
 from support_agent.auth import Principal
@@ -109,7 +110,8 @@ def rig(h: Harness) -> tuple[RefundModel, str, TurnStore, TurnSweeper, TurnWorke
     dlq_url = h.sqs.create_queue(QueueName="TurnDLQ")["QueueUrl"]
     turns = TurnStore(h.ddb, h.settings.conversations_table)
     sweeper = TurnSweeper(turns, h.conversations, h.sqs, queue_url, dlq_url, h.settings.lease_seconds, clock=h.clock)
-    return model, queue_url, turns, sweeper, TurnWorker(h.settings, h.agent, turns, h.conversations, clock=h.clock)
+    worker = TurnWorker(TurnLifecycle(h.settings, h.agent, turns, h.conversations, clock=h.clock))
+    return model, queue_url, turns, sweeper, worker
 
 
 def test_a_worker_crashed_at_every_step_is_finished_by_the_sweep_exactly_once(

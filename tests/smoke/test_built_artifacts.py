@@ -257,22 +257,27 @@ def drain_udp(sock: socket.socket) -> list[bytes]:
             return packets
 
 
-# ------------------------------------------------------------------ the four functions, one event each
-
-
-@pytest.fixture(scope="module")
-def chat_turn(invoke: Any, local_aws: LocalAws) -> tuple[Invocation, dict[str, Any]]:
+def chat_of_customer_7(invoke: Any, local_aws: LocalAws, **env: str) -> Invocation:
+    """ChatFunction invoked with events/chat.json as customer 7, the simulated model answering (no retries)."""
     event = event_from("chat.json")
-    token = mint_token("customer-7", "customer", 7, secret=SECRET)
-    event["headers"]["authorization"] = f"Bearer {token}"
-    drain_udp(local_aws.xray)
-    done = invoke(
+    event["headers"]["authorization"] = f"Bearer {mint_token('customer-7', 'customer', 7, secret=SECRET)}"
+    return invoke(
         "ChatFunction",
         event,
         ANTHROPIC_BASE_URL=local_aws.model.url,
         ANTHROPIC_API_KEY="simulated-local-key",
         LLM_MAX_RETRIES="0",
+        **env,
     )
+
+
+# ------------------------------------------------------------------ the four functions, one event each
+
+
+@pytest.fixture(scope="module")
+def chat_turn(invoke: Any, local_aws: LocalAws) -> tuple[Invocation, dict[str, Any]]:
+    drain_udp(local_aws.xray)
+    done = chat_of_customer_7(invoke, local_aws)
     local_aws.state["xray"] = drain_udp(local_aws.xray)
     assert done.result["statusCode"] == 200, done.result
     return done, json.loads(done.result["body"])
@@ -309,16 +314,7 @@ def test_chat_turn_is_served_and_stored(chat_turn: tuple[Invocation, dict[str, A
 
 def test_chat_turn_in_tool_mode_mcp_under_the_runtime(invoke: Any, local_aws: LocalAws) -> None:
     """TOOL_MODE=mcp: the layer's MCP SDK client and server, in process, under the template's runtime."""
-    event = event_from("chat.json")
-    event["headers"]["authorization"] = f"Bearer {mint_token('customer-7', 'customer', 7, secret=SECRET)}"
-    done = invoke(
-        "ChatFunction",
-        event,
-        ANTHROPIC_BASE_URL=local_aws.model.url,
-        ANTHROPIC_API_KEY="simulated-local-key",
-        LLM_MAX_RETRIES="0",
-        TOOL_MODE="mcp",
-    )
+    done = chat_of_customer_7(invoke, local_aws, TOOL_MODE="mcp")
     assert done.result["statusCode"] == 200, done.result
     body = json.loads(done.result["body"])
     lookup = body["trace"][0]["toolCalls"][0]  # (the refund was asked for by the turn before: not again)

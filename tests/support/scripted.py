@@ -1,8 +1,8 @@
 """Model doubles for the loop: `FakeModel`, an `LlmClient` whose answers code decides from each request,
 and `ScriptedModel`, one that plays back responses and records every request it was sent.
 
-`FakeModel.create` is the one place a test writes the client's signature; a test's own model (a gated
-one, an obedient one, a fuzzing one) says only how it answers, in `respond`.
+A test's own model (a gated one, an obedient one, a fuzzing one) subclasses `FakeModel` and says only how
+it answers the one `LlmRequest` (`Request`) it is sent, in `respond`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from support_agent.llm.base import LlmResponse
+from support_agent.llm.base import LlmClient, LlmRequest, LlmResponse
 from support_agent.messages import Deadline, Message, Usage
 
 _ids = itertools.count(1)
@@ -41,27 +41,25 @@ def answer(value: str, usage: Usage | None = None) -> LlmResponse:
     return reply("end_turn", text(value), usage=usage)
 
 
-@dataclass
-class Request:
-    system: str
-    messages: list[Message]
-    tools: list[dict[str, Any]]
-    tool_choice: dict[str, Any] | None
+def seed_scenario(reason: str, final: str, usages: tuple[Usage, Usage, Usage] | None = None) -> list[Step]:
+    """`make demo`'s turn as a script: order 1042 looked up, then refunded in full (189.00: above the threshold, so
+    held for a lead) for ``reason``, then the ``final`` answer; each response with its usage when given."""
+    first, second, third = usages or (None, None, None)
+    return [
+        tools(tool_use("lookup_order", {"order_id": 1042}), usage=first),
+        tools(tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": reason}), usage=second),
+        answer(final, third),
+    ]
 
 
-class FakeModel:
+Request = LlmRequest
+
+
+class FakeModel(LlmClient):
     """An `LlmClient` that answers each request with `respond(request)`; the request is not copied."""
 
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
-        return self.respond(Request(system, messages, tools, tool_choice))
+    def answer(self, request: LlmRequest, deadline: Deadline | None) -> LlmResponse:
+        return self.respond(request)
 
     def respond(self, request: Request) -> LlmResponse:
         raise NotImplementedError

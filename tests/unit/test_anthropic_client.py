@@ -15,17 +15,19 @@ import httpx
 import pydantic
 import pytest
 from anthropic.types import Message as SdkMessage
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
 from support_agent.config import Settings
 from support_agent.contract import status_and_code
 from support_agent.errors import ModelRefused, ModelUnavailable
 from support_agent.llm.anthropic import AnthropicClient, build_body, encode_body, parse_response
-from support_agent.llm.base import LlmResponse
+from support_agent.llm.base import LlmRequest, LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.llm.factory import llm_client_from_settings
 from support_agent.llm.retry import RetryPolicy
 from support_agent.messages import Deadline
+from tests.support.scripted import text, tool_use
+from tests.support.sdk_judge import assert_sdk_valid
+from tests.support.threads import run_together
 
 API_KEY = "sk-ant-test-0123456789"
 SYSTEM = "You are a support agent."
@@ -51,37 +53,9 @@ TOOLS: list[dict[str, Any]] = [
 ]
 HISTORY: list[dict[str, Any]] = [
     {"role": "user", "content": "Where is order 1042?"},
-    {
-        "role": "assistant",
-        "content": [
-            {"type": "text", "text": "Let me look."},
-            {"type": "tool_use", "id": "toolu_01", "name": "lookup_order", "input": {"order_id": 1042}},
-        ],
-    },
-    {
-        "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "DELIVERED"}],
-    },
+    {"role": "assistant", "content": [text("Let me look."), tool_use("lookup_order", {"order_id": 1042}, "toolu_01")]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "DELIVERED"}]},
 ]
-
-# -- the SDK as the judge of request bodies ------------------------------------------------------
-
-_SDK_PARAMS = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
-
-
-def _force(value: Any) -> Any:
-    """pydantic validates `Iterable[...]` fields lazily; consume them so every item is checked."""
-    if isinstance(value, dict):
-        return {k: _force(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | bytes | int | float | bool):
-        return value
-    return [_force(v) for v in value]
-
-
-def assert_sdk_valid(body: dict[str, Any]) -> None:
-    """Valid per the SDK's TypedDicts, and unchanged by validation (so no extra or coerced field)."""
-    assert _force(_SDK_PARAMS.validate_python(body)) == body
-
 
 # -- fakes ---------------------------------------------------------------------------------------
 
@@ -263,7 +237,7 @@ def test_stray_cache_control_is_dropped_so_breakpoints_never_exceed_four() -> No
         for block in msg["content"]:
             block["cache_control"] = {"type": "ephemeral"}
     tools = [dict(t, cache_control={"type": "ephemeral"}) for t in TOOLS]
-    body = build_body("m", 10, SYSTEM, history, tools, None)
+    body = build_body("m", 10, LlmRequest(SYSTEM, history, tools, None))
     assert json.dumps(body).count("cache_control") == 3
     assert_sdk_valid(body)
 
@@ -276,26 +250,30 @@ def test_marks_skip_thinking_and_empty_text_blocks() -> None:
             {"type": "text", "text": ""},
         ],
     }
-    body = build_body("m", 10, SYSTEM, [{"role": "user", "content": "q"}, msg], [], None)
+    body = build_body("m", 10, LlmRequest(SYSTEM, [{"role": "user", "content": "q"}, msg], [], None))
     assert body["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
     assert "cache_control" not in body["messages"][-1]["content"][1]
     thinking = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
     body = build_body(
-        "m", 10, SYSTEM, [{"role": "assistant", "content": [{"type": "text", "text": "a"}, thinking]}], [], None
+        "m",
+        10,
+        LlmRequest(SYSTEM, [{"role": "assistant", "content": [{"type": "text", "text": "a"}, thinking]}], [], None),
     )
     assert "cache_control" not in body["messages"][-1]["content"][1]
     assert body["messages"][-1]["content"][0]["cache_control"] == {"type": "ephemeral"}
 
 
 def test_no_tools_sends_neither_tools_nor_tool_choice() -> None:
-    body = build_body("m", 10, SYSTEM, [{"role": "user", "content": "q"}], [], {"type": "none"})
+    body = build_body("m", 10, LlmRequest(SYSTEM, [{"role": "user", "content": "q"}], [], {"type": "none"}))
     assert "tools" not in body and "tool_choice" not in body
     assert_sdk_valid(body)
 
 
 def test_serialization_is_deterministic_and_compact() -> None:
-    a = encode_body(build_body("m", 10, SYSTEM, HISTORY, TOOLS, {"type": "auto"}))
-    b = encode_body(build_body("m", 10, SYSTEM, copy.deepcopy(HISTORY), copy.deepcopy(TOOLS), {"type": "auto"}))
+    a = encode_body(build_body("m", 10, LlmRequest(SYSTEM, HISTORY, TOOLS, {"type": "auto"})))
+    b = encode_body(
+        build_body("m", 10, LlmRequest(SYSTEM, copy.deepcopy(HISTORY), copy.deepcopy(TOOLS), {"type": "auto"}))
+    )
     assert a == b
     assert b", " not in a and b'": ' not in a
 
@@ -317,7 +295,7 @@ def test_per_attempt_timeout_never_outlives_the_deadline() -> None:
 
 def test_sdk_validator_rejects_invalid_bodies() -> None:
     """Proof that `assert_sdk_valid` can fail, so its passing on every request means something."""
-    good = build_body("m", 10, SYSTEM, HISTORY, TOOLS, {"type": "auto"})
+    good = build_body("m", 10, LlmRequest(SYSTEM, HISTORY, TOOLS, {"type": "auto"}))
     assert_sdk_valid(good)
     bogus_block = copy.deepcopy(good)
     bogus_block["messages"][-1]["content"][0]["type"] = "bogus"
@@ -614,11 +592,7 @@ def test_breaker_admits_exactly_one_concurrent_half_open_trial() -> None:
         except ModelUnavailable:
             refused.append(i)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_together([lambda i=i: worker(i) for i in range(16)], timeout=None)
     assert len(admitted) == 1 and len(refused) == 15
     breaker.record_success()
     assert breaker.state == "closed"
@@ -633,11 +607,7 @@ def test_concurrent_turns_share_one_client() -> None:
     def turn() -> None:
         results.append(call(client))
 
-    threads = [threading.Thread(target=turn) for _ in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_together([turn] * 8, timeout=None)
     assert len(results) == 8 and len(script.requests) == 8
     assert client.policy.breaker.state == "closed"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from support_agent import audit_watch
 from support_agent import observability as obs
+from support_agent.audit import watch as audit_watch
 from tests.support.metrics import emf_total
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,19 +11,12 @@ from support_agent.agent import budget
 from support_agent.agent import history as hist
 from tests.support.harness import make_harness
 from tests.support.scripted import answer, tool_use, tools
-
-Message = dict[str, Any]
+from tests.support.stored_turns import Message, stored_turn
 
 
 def turn(n: int, calls: int, size: int = 400) -> list[Message]:
     """One stored turn: user text, then `calls` tool rounds, then a text answer."""
-    out: list[Message] = [{"role": "user", "content": [{"type": "text", "text": f"question {n} " + "q" * size}]}]
-    for c in range(calls):
-        tid = f"toolu_{n}_{c}"
-        out.append({"role": "assistant", "content": [{"type": "tool_use", "id": tid, "name": "t", "input": {}}]})
-        out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": "r" * size}]})
-    out.append({"role": "assistant", "content": [{"type": "text", "text": f"answer {n} " + "a" * size}]})
-    return out
+    return stored_turn(n, calls, size)
 
 
 def conversation(shape: list[tuple[int, int]]) -> list[Message]:

@@ -20,29 +20,15 @@ from support_agent.refunds.requests import RefundRace, RefundRequest, RefundWrit
 from support_agent.store.approvals import Approval, ApprovalStore, ReservationMissing, StateConflict
 from support_agent.store.dynamo import CONDITION_FAILED, cancellation_as
 from support_agent.store.handoffs import HandoffConflict, HandoffStore
+from tests.support.approval_items import approval_item, handoff_item
 from tests.support.ledger import direct_row
 from tests.support.recording import RecordingDynamo, cancelled
 
 CCF, OK = CONDITION_FAILED, "None"
 AID = "apr_01JTESTTESTTESTTESTTESTTES"
 CID = "conv_01JTESTTESTTESTTESTTESTTE"
-APPROVAL = {
-    "approval_id": AID,
-    "customer_id": 7,
-    "order_id": 1042,
-    "amount_cents": 9000,
-    "currency": "USD",
-    "conversation_id": CID,
-    "created_at": "t",
-}
-TICKET = {
-    "approval_id": "hof_1",
-    "entity": "HANDOFF",
-    "status": "OPEN",
-    "customer_id": 7,
-    "conversation_id": CID,
-    "created_at": "t",
-}
+APPROVAL = approval_item(AID, CID)
+TICKET = handoff_item(conversation_id=CID)
 
 
 def failing(*codes: str) -> RecordingDynamo:

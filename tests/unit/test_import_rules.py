@@ -1,9 +1,9 @@
 """The layer's import rules hold (issue 31): pyproject.toml's [tool.importlinter] contracts, run by `lint-imports`.
 
 The contracts (docs/ARCHITECTURE.md, "Packages and what each may import"): the composition root imported only by
-the HTTP edges; the layers (the edges, the root, the features, the stores, the base) each importing only below
-it; no import circle between packages or between the modules of one. `make lint` runs the same command; here the
-suite fails too, with the contract's own report.
+the HTTP edges; the layers (the edges, the root, the features, the stores, the audit trail, the base) each
+importing only below it; no import circle between packages or between the modules of one. `make lint` runs the
+same command; here the suite fails too, with the contract's own report.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -32,7 +32,6 @@ import boto3
 import httpx
 import pydantic
 import pytest
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from botocore.exceptions import EndpointConnectionError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
@@ -55,6 +54,7 @@ from support_agent.llm.retry import RetryingClient, RetryPolicy
 from support_agent.llm.translate import INVALID_ARGUMENTS
 from support_agent.messages import Block, Deadline, Usage
 from tests.support.harness import FakeClock, Harness, make_harness
+from tests.support.sdk_judge import assert_sdk_valid
 from tests.support.transport import message_json
 
 MODEL = "claude-test"
@@ -109,23 +109,6 @@ def tools(*uses: Block, usage: Usage | None = None) -> Reply:
 
 def answer(value: str, usage: Usage | None = None) -> Reply:
     return Reply([text(value)], "end_turn", usage or Usage(100, 20))
-
-
-# -- the outside judges -----------------------------------------------------------------------------
-
-_SDK_PARAMS = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
-
-
-def _force(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _force(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | bytes | int | float | bool):
-        return value
-    return [_force(v) for v in value]
-
-
-def assert_messages_api_valid(body: dict[str, Any]) -> None:
-    assert _force(_SDK_PARAMS.validate_python(body)) == body
 
 
 # -- the wires ----------------------------------------------------------------------------------------
@@ -208,21 +191,65 @@ def _strip_cache_control(value: Any) -> Any:
     return value
 
 
-class AnthropicWire(Wire):
-    name = "anthropic"
+class HttpWire(Wire):
+    """A provider over HTTP, behind the adapter's own httpx.MockTransport: a reply is a 200 with the provider's
+    JSON, a fault its own answer (a dropped connection raised)."""
+
+    adapter: Callable[..., LlmClient]  # the client class, built with the provider's ``api_key`` and ``base_url``
+    api_key = ""
+    base_url = ""
+
+    def client(self, clock: FakeClock, max_retries: int = 3) -> LlmClient:
+        return self.adapter(
+            api_key=self.api_key,
+            model=MODEL,
+            base_url=self.base_url,
+            transport=httpx.MockTransport(self.handle),
+            policy=self.policy(clock, max_retries),
+        )
 
     def handle(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        assert_messages_api_valid(body)
-        assert request.headers["x-api-key"] == "sk-ant-test"
+        raise NotImplementedError
+
+    def answer(self, request: httpx.Request, scripted: dict[str, Any]) -> httpx.Response:
+        """The next step's answer to ``request``; ``scripted``: the body as the script records it."""
         self.read_timeouts.append(request.extensions["timeout"]["read"])
-        step = self.next_step(_strip_cache_control(body))
+        step = self.next_step(scripted)
         if isinstance(step, Reply):
-            return httpx.Response(200, json=_messages_api_json(step))
+            return httpx.Response(200, json=self.reply_json(step))
         if step.kind == "connection":
             raise httpx.ConnectError("connection refused")
         if step.kind == "malformed":
-            return httpx.Response(200, content=b"<html>502 bad gateway</html>")
+            return self.malformed()
+        return self.error(step)
+
+    def reply_json(self, step: Reply) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def malformed(self) -> httpx.Response:
+        raise NotImplementedError
+
+    def error(self, step: Fault) -> httpx.Response:
+        raise NotImplementedError
+
+
+class AnthropicWire(HttpWire):
+    name = "anthropic"
+    adapter, api_key, base_url = AnthropicClient, "sk-ant-test", "https://anthropic.test"
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert_sdk_valid(body)
+        assert request.headers["x-api-key"] == "sk-ant-test"
+        return self.answer(request, _strip_cache_control(body))
+
+    def reply_json(self, step: Reply) -> dict[str, Any]:
+        return _messages_api_json(step)
+
+    def malformed(self) -> httpx.Response:
+        return httpx.Response(200, content=b"<html>502 bad gateway</html>")
+
+    def error(self, step: Fault) -> httpx.Response:
         status, kind, message = {
             "throttled": (429, "rate_limit_error", "slow down"),
             "unavailable": (529, "overloaded_error", "overloaded"),
@@ -234,35 +261,28 @@ class AnthropicWire(Wire):
             status, json={"type": "error", "error": {"type": kind, "message": message}}, headers=headers
         )
 
-    def client(self, clock: FakeClock, max_retries: int = 3) -> LlmClient:
-        return AnthropicClient(
-            api_key="sk-ant-test",
-            model=MODEL,
-            base_url="https://anthropic.test",
-            transport=httpx.MockTransport(self.handle),
-            policy=self.policy(clock, max_retries),
-        )
-
 
 OPENAI_FINISH = {"tool_use": "tool_calls", "end_turn": "stop", "max_tokens": "length", "refusal": "content_filter"}
 
 
-class OpenAIWire(Wire):
+class OpenAIWire(HttpWire):
     name = "openai"
+    adapter, api_key, base_url = OpenAIClient, "sk-openai-test", "https://gateway.test/v1/"
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         assert str(request.url) == "https://gateway.test/v1/chat/completions"
         assert request.headers["authorization"] == "Bearer sk-openai-test"
-        self.read_timeouts.append(request.extensions["timeout"]["read"])
         body = json.loads(request.content)
         validate_openai(body)
-        step = self.next_step(body)
-        if isinstance(step, Reply):
-            return httpx.Response(200, json=self.completion(step))
-        if step.kind == "connection":
-            raise httpx.ConnectError("connection refused")
-        if step.kind == "malformed":
-            return httpx.Response(200, json={"object": "chat.completion", "choices": []})
+        return self.answer(request, body)
+
+    def reply_json(self, step: Reply) -> dict[str, Any]:
+        return self.completion(step)
+
+    def malformed(self) -> httpx.Response:
+        return httpx.Response(200, json={"object": "chat.completion", "choices": []})
+
+    def error(self, step: Fault) -> httpx.Response:
         status, kind, code, message = {
             "throttled": (429, "requests", "rate_limit_exceeded", "Rate limit reached for requests"),
             "unavailable": (503, "server_error", None, "The server is overloaded"),
@@ -303,15 +323,6 @@ class OpenAIWire(Wire):
                 "prompt_tokens_details": {"cached_tokens": u.cache_read_input_tokens},
             },
         }
-
-    def client(self, clock: FakeClock, max_retries: int = 3) -> LlmClient:
-        return OpenAIClient(
-            api_key="sk-openai-test",
-            model=MODEL,
-            base_url="https://gateway.test/v1/",
-            transport=httpx.MockTransport(self.handle),
-            policy=self.policy(clock, max_retries),
-        )
 
     def tool_choice(self, body: dict[str, Any]) -> Any:
         return body.get("tool_choice")
@@ -357,7 +368,7 @@ class _StubbedRuntime:
         body = json.loads(params["body"])
         assert body.pop("anthropic_version") == "bedrock-2023-05-31"
         assert "model" not in body
-        assert_messages_api_valid({"model": MODEL, **body})
+        assert_sdk_valid({"model": MODEL, **body})
         step = self.wire.next_step(_strip_cache_control(body))
         expected = {"modelId": BEDROCK_PROFILE, "body": params["body"], "contentType": "application/json"}
         expected["accept"] = "application/json"

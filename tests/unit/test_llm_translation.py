@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pydantic
 import pytest
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.simulated_model.openai_facade import OpenAIError, canonical_messages, openai_completion, validate_openai
 from support_agent.agent import history as hist
 from support_agent.agent.model_output import TOOL_USE_ID
-from support_agent.llm.base import LlmResponse
+from support_agent.llm.base import LlmRequest, LlmResponse
 from support_agent.llm.translate import (
     ERROR_PREFIX,
     INVALID_ARGUMENTS,
@@ -34,10 +32,10 @@ from support_agent.llm.translate import (
     tool_input,
 )
 from support_agent.messages import Usage
+from tests.support.sdk_judge import sdk_params
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-_SDK = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
 
 # -- strategies -------------------------------------------------------------------------------------
 
@@ -130,7 +128,7 @@ def test_openai_round_trip_is_lossless(history: list[dict[str, Any]], system: st
 def test_every_openai_request_passes_the_openai_validator(
     history: list[dict[str, Any]], choice: dict[str, Any] | None
 ) -> None:
-    body = openai_request("gpt-test", 64, "sys", history, tools_for(history), choice)
+    body = openai_request("gpt-test", 64, LlmRequest("sys", history, tools_for(history), choice))
     validate_openai(body)
     assert body["messages"][0] == {"role": "system", "content": "sys"}
     for message in body["messages"]:
@@ -143,12 +141,12 @@ def test_every_openai_request_passes_the_openai_validator(
 @given(histories())
 def test_bedrock_body_is_the_canonical_history(history: list[dict[str, Any]]) -> None:
     tools = tools_for(history)
-    body = bedrock_body(64, "sys", history, tools, {"type": "none"})
+    body = bedrock_body(64, LlmRequest("sys", history, tools, {"type": "none"}))
     assert body["anthropic_version"] == "bedrock-2023-05-31" and "model" not in body
     assert strip_cache_control(body["messages"]) == history
     assert body["tool_choice"] == {"type": "none"}
     sdk_view = {k: v for k, v in body.items() if k != "anthropic_version"} | {"model": "m"}
-    assert _SDK.validate_python(sdk_view)
+    assert sdk_params().validate_python(sdk_view)
 
 
 # -- responses ----------------------------------------------------------------------------------------
@@ -211,7 +209,7 @@ def test_tool_arguments_never_raise_and_are_always_an_object(arguments: Any) -> 
 @given(histories(), st.text(min_size=1, max_size=30))
 def test_openai_round_trip_long_run(history: list[dict[str, Any]], system: str) -> None:
     assert canonical_messages(openai_messages(system, history)) == (system, history)
-    validate_openai(openai_request("m", 64, system, history, tools_for(history), {"type": "none"}))
+    validate_openai(openai_request("m", 64, LlmRequest(system, history, tools_for(history), {"type": "none"})))
 
 
 # -- the mapping, pinned by example ---------------------------------------------------------------------
@@ -236,7 +234,9 @@ def test_the_openai_request_shape() -> None:
         },
     ]
     tools = [{"name": "lookup_order", "description": "d", "input_schema": {"type": "object"}, "cache_control": {}}]
-    body = openai_request("gpt-x", 99, "Be kind.", history, tools, {"type": "none"}, max_tokens_param="max_tokens")
+    body = openai_request(
+        "gpt-x", 99, LlmRequest("Be kind.", history, tools, {"type": "none"}), max_tokens_param="max_tokens"
+    )
     assert body == {
         "model": "gpt-x",
         "max_tokens": 99,
@@ -266,10 +266,12 @@ def test_the_openai_request_shape() -> None:
         "tool_choice": "none",
     }
     assert "max_completion_tokens" in openai_request(
-        "m", 5, "s", history, tools, None, max_tokens_param="max_completion_tokens"
+        "m", 5, LlmRequest("s", history, tools, None), max_tokens_param="max_completion_tokens"
     )
-    assert "tool_choice" not in openai_request("m", 5, "s", history, tools, None)
-    assert "tools" not in openai_request("m", 5, "s", history, [], {"type": "none"})  # choice only with tools
+    assert "tool_choice" not in openai_request("m", 5, LlmRequest("s", history, tools, None))
+    assert "tools" not in openai_request(
+        "m", 5, LlmRequest("s", history, [], {"type": "none"})
+    )  # choice only with tools
 
 
 @pytest.mark.parametrize(
@@ -289,7 +291,9 @@ def test_tool_choice_mapping(choice: dict[str, Any] | None, expected: Any) -> No
 def test_disable_parallel_tool_use_maps_to_parallel_tool_calls() -> None:
     tools = [{"name": "t", "input_schema": {"type": "object"}}]
     body = openai_request(
-        "m", 5, "s", [{"role": "user", "content": "q"}], tools, {"type": "auto", "disable_parallel_tool_use": True}
+        "m",
+        5,
+        LlmRequest("s", [{"role": "user", "content": "q"}], tools, {"type": "auto", "disable_parallel_tool_use": True}),
     )
     assert (body["tool_choice"], body["parallel_tool_calls"]) == ("auto", False)
 
@@ -358,7 +362,7 @@ def test_the_lossy_corners() -> None:
 
 def test_a_validator_that_can_fail() -> None:
     """The OpenAI validator used as a judge above refuses what OpenAI refuses."""
-    good = openai_request("m", 5, "s", [{"role": "user", "content": "q"}], [], None)
+    good = openai_request("m", 5, LlmRequest("s", [{"role": "user", "content": "q"}], [], None))
     validate_openai(good)
     unanswered = {
         "model": "m",

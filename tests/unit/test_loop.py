@@ -12,7 +12,7 @@ from support_agent.agent.untrusted import unfence
 from support_agent.errors import ModelUnavailable, TokenBudgetExhausted
 from support_agent.messages import Usage
 from tests.support.harness import Harness
-from tests.support.scripted import answer, reply, text, tool_use, tools
+from tests.support.scripted import answer, reply, seed_scenario, text, tool_use, tools
 
 # TOOL_MODE=mcp too: the same turns, history, audit rows and money effects over the MCP protocol (tests/conftest.py).
 BOTH_TOOL_MODES = True
@@ -32,14 +32,11 @@ def tool_audit(h: Harness, cid: str) -> list[dict[str, Any]]:
 
 def test_seed_transcript_three_iterations_usage_summed(harness: Harness) -> None:
     h = harness
-    h.model.script = [
-        tools(tool_use("lookup_order", {"order_id": 1042}), usage=Usage(1000, 50, 0, 700)),
-        tools(
-            tool_use("request_refund", {"order_id": 1042, "amount_cents": 18900, "reason": "customer request"}),
-            usage=Usage(1100, 60, 700, 0),
-        ),
-        answer("Order 1042 was delivered. The refund of 189.00 needs a teammate's approval.", Usage(210, 77, 700, 0)),
-    ]
+    h.model.script = seed_scenario(
+        "customer request",
+        "Order 1042 was delivered. The refund of 189.00 needs a teammate's approval.",
+        (Usage(1000, 50, 0, 700), Usage(1100, 60, 700, 0), Usage(210, 77, 700, 0)),
+    )
     r = h.turn("Where is my order 1042? Also refund it.")
     assert r.stop_reason == "end_turn" and r.iterations == 3
     assert r.usage == Usage(2310, 187, 1400, 700)

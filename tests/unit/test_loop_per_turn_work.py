@@ -22,18 +22,11 @@ from support_agent.errors import ModelUnavailable
 from support_agent.messages import Usage
 from tests.support.harness import Harness
 from tests.support.scripted import answer, tool_use, tools
-
-Message = dict[str, Any]
+from tests.support.stored_turns import Message, stored_turn
 
 
 def _turn(n: int, calls: int, size: int) -> list[Message]:
-    out: list[Message] = [{"role": "user", "content": [{"type": "text", "text": f"q{n} " + "q" * size}]}]
-    for c in range(calls):
-        tid = f"toolu_{n}_{c}"
-        out.append({"role": "assistant", "content": [{"type": "tool_use", "id": tid, "name": "t", "input": {}}]})
-        out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": "r" * size}]})
-    out.append({"role": "assistant", "content": [{"type": "text", "text": f"a{n} " + "a" * size}]})
-    return out
+    return stored_turn(n, calls, size, ("q", "a"))
 
 
 @settings(max_examples=80, deadline=None)

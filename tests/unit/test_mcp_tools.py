@@ -20,6 +20,7 @@ from support_agent.wiring import build_mcp_services
 from tests.reliability.checks import World, check_money
 from tests.support.aws import serialised_moto
 from tests.support.harness import Harness
+from tests.support.threads import run_together
 
 CLIENT = "test-client"
 
@@ -214,11 +215,7 @@ def test_concurrent_identical_held_requests_make_one_approval(harness: Harness, 
         results.append(call(mcp, 7, "request_refund", REFUND))
 
     with serialised_moto():
-        threads = [threading.Thread(target=one) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_together([one] * 6, timeout=None)
     assert len(results) == 6 and not [r for r in results if r.is_error], [r.result for r in results]
     assert len({r.result["approval_id"] for r in results}) == 1
     assert len(open_approvals(harness, 7)) == 1

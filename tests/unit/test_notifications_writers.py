@@ -16,12 +16,12 @@ import boto3
 import pytest
 
 from devstack.seed import put_order
-from support_agent.refunds.keys import approved_refund_sk, direct_refund_key
+from support_agent.refunds.keys import approved_refund_sk
 from support_agent.refunds.ledger import RefundLedger
-from support_agent.refunds.ledger_row import Duplicate, LedgerRow, Outcome
+from support_agent.refunds.ledger_row import By, Duplicate, LedgerRow, Outcome
 from support_agent.refunds.provider.none import LedgerOnly
 from support_agent.refunds.provider.port import ProviderRefund, ProviderRefused
-from support_agent.refunds.requests import RefundRequest, RefundWriter
+from support_agent.refunds.requests import RefundWriter
 from support_agent.refunds.settle import RefundSettler
 from support_agent.refunds.step import RefundStep
 from support_agent.store.approvals import Approval, ApprovalStore, StateConflict
@@ -29,6 +29,7 @@ from support_agent.store.dynamo import put_new, to_item, to_values
 from support_agent.store.notifications import Notification, NotificationStore
 from tests.support.approvals import put_pending_approval
 from tests.support.aws import create_tables
+from tests.support.ledger import direct_row, tool_request
 
 CUSTOMER = 7
 TABLES = {
@@ -110,18 +111,13 @@ class World:
         order_id = next(_orders)
         put_order(self.ddb, TABLES["CUSTOMER_DATA_TABLE"], CUSTOMER, order_id, 4_000, payment_intent=f"pi_{order_id}")
         cid = f"conv_01JF3Q00000000000000{order_id:05d}"[:31]
-        r = RefundRequest(
-            CUSTOMER, order_id, 4_000, amount, "USD", "late", f"REFUND#{cid}#1#toolu_1", cid, "toolu_1",
-            "customer-7", "req", "2030-01-01T00:00:00Z", f"pi_{order_id}",
-        )  # fmt: skip
-        row = LedgerRow(
-            customer_id=CUSTOMER, sk=r.request_sk, kind="direct", refund_key=direct_refund_key(cid, 1, "toolu_1"),
-            order_id=order_id, amount_cents=amount, currency="USD", payment_intent=r.payment_intent,
-            status="REQUESTED", attempt=1, provider="stripe", conversation_id=cid, tool_use_id="toolu_1",
+        r = tool_request(
+            CUSTOMER, order_id, amount, "2030-01-01T00:00:00Z", total_cents=4_000, reason="late",
+            payment_intent=f"pi_{order_id}", conversation_id=cid, tool_use_id="toolu_1", request_id="req",
         )  # fmt: skip
         c = TABLES
         return RefundWriter(self.ddb, c["CUSTOMER_DATA_TABLE"], c["APPROVALS_TABLE"], c["AUDIT_TABLE"]).direct(
-            r, 10**9, row
+            r, 10**9, direct_row(r, provider="stripe")
         )
 
     def feed(self, conversation_id: str) -> list[tuple[int, str, dict[str, Any], str | None]]:
@@ -296,7 +292,7 @@ def test_a_lost_reservation_fails_the_approval_and_is_announced(w: World) -> Non
 
 def test_a_pending_answer_is_no_decision(w: World) -> None:
     row = w.settling()
-    w.ledger().record(row, Outcome("SETTLING", "re_1", "pending"), "t", "refund-flow")
+    w.ledger().record(row, Outcome("SETTLING", "re_1", "pending"), "t", By("refund-flow"))
     assert w.feed(row.conversation_id) == []
 
 
@@ -304,15 +300,15 @@ def test_an_outcome_another_writer_recorded_first_is_announced_once(w: World) ->
     """The webhook recorded SUCCEEDED while RefundFlow's call was out: RefundFlow's own record is superseded
     (its call is audited), and the decision stays announced once — by the writer whose change landed."""
     row = w.settling()
-    w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t1", "stripe-webhook", announce=True)
-    after = w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t2", "refund-flow")
+    w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t1", By("stripe-webhook", announce=True))
+    after = w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t2", By("refund-flow"))
     assert after.status == "SUCCEEDED"
     assert [(n, t, d["status"]) for n, t, d, _ in w.feed(row.conversation_id)] == [(1, "approval.decided", "REFUNDED")]
 
 
 def test_a_late_failure_of_an_approved_refund_is_announced(w: World) -> None:
-    row = w.ledger().record(w.settling(), Outcome("SUCCEEDED", "re_1", "succeeded"), "t1", "refund-flow")
-    w.ledger().fail_late(row, "re_1", "lost_or_stolen_card", "t2", "stripe-webhook", announce=True)
+    row = w.ledger().record(w.settling(), Outcome("SUCCEEDED", "re_1", "succeeded"), "t1", By("refund-flow"))
+    w.ledger().fail_late(row, "re_1", "lost_or_stolen_card", "t2", By("stripe-webhook", announce=True))
     feed = w.feed(row.conversation_id)
     assert [(n, d["status"]) for n, _, d, _ in feed] == [(1, "REFUNDED"), (2, "FAILED")]
     assert w.approval(row.approval_id).status == "FAILED"
@@ -323,7 +319,7 @@ def test_a_late_failure_of_an_approved_refund_is_announced(w: World) -> None:
 
 def test_a_direct_refund_settled_by_the_chats_own_call_is_not_announced(w: World) -> None:
     row = w.direct()
-    w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", "customer-7")
+    w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", By("customer-7"))
     assert w.ledger().get(CUSTOMER, row.sk).status == "SUCCEEDED"  # type: ignore[union-attr]
     assert w.feed(row.conversation_id) == []
 
@@ -332,17 +328,17 @@ def test_a_direct_refund_settled_by_the_chats_own_call_is_not_announced(w: World
 def test_a_direct_refund_settled_later_is_announced_when_asked(w: World, outcome: str, word: str) -> None:
     row = w.direct()
     w.earlier(row.conversation_id)
-    w.ledger().record(row, Outcome(outcome, "re_1", outcome.lower()), "t", "payment-sweep", announce=True)  # type: ignore[arg-type]
+    w.ledger().record(row, Outcome(outcome, "re_1", outcome.lower()), "t", By("payment-sweep", announce=True))  # type: ignore[arg-type]
     data = {"orderId": row.order_id, "amountCents": row.amount_cents, "status": word}
     assert w.feed(row.conversation_id)[1:] == [(2, "refund.settled", data, None)]
     # Recorded again (the sweep run twice, a second event): the row is settled, nothing more is announced.
-    w.ledger().record(row, Outcome(outcome, "re_1", outcome.lower()), "t", "payment-sweep", announce=True)  # type: ignore[arg-type]
+    w.ledger().record(row, Outcome(outcome, "re_1", outcome.lower()), "t", By("payment-sweep", announce=True))  # type: ignore[arg-type]
     assert len(w.feed(row.conversation_id)) == 2
 
 
 def test_a_direct_refunds_late_failure_is_announced_when_asked(w: World) -> None:
-    row = w.ledger().record(w.direct(), Outcome("SUCCEEDED", "re_1", "succeeded"), "t1", "customer-7")
-    w.ledger().fail_late(row, "re_1", "expired_or_canceled_card", "t2", "stripe-webhook", announce=True)
+    row = w.ledger().record(w.direct(), Outcome("SUCCEEDED", "re_1", "succeeded"), "t1", By("customer-7"))
+    w.ledger().fail_late(row, "re_1", "expired_or_canceled_card", "t2", By("stripe-webhook", announce=True))
     data = {"orderId": row.order_id, "amountCents": row.amount_cents, "status": "FAILED"}
     assert w.feed(row.conversation_id) == [(1, "refund.settled", data, None)]
 
@@ -352,11 +348,11 @@ def test_a_redelivered_change_is_a_duplicate_and_announces_nothing(w: World) -> 
     row = w.direct()
     dedupe = put_new(TABLES["CUSTOMER_DATA_TABLE"], {"customer_id": CUSTOMER, "sk": "WEBHOOK#re_1#succeeded"}, "sk")
     w.ledger().record(
-        row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", "stripe-webhook", "evt_1", [dedupe], announce=True
+        row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", By("stripe-webhook", "evt_1", [dedupe], announce=True)
     )
     with pytest.raises(Duplicate):
         w.ledger().record(
-            row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", "stripe-webhook", "evt_1", [dedupe], announce=True
+            row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", By("stripe-webhook", "evt_1", [dedupe], announce=True)
         )
     assert [n for n, *_ in w.feed(row.conversation_id)] == [1]
 
@@ -367,7 +363,7 @@ def test_a_counter_race_is_retried_and_never_read_as_a_duplicate(w: World) -> No
     dedupe = put_new(TABLES["CUSTOMER_DATA_TABLE"], {"customer_id": CUSTOMER, "sk": "WEBHOOK#re_1#succeeded"}, "sk")
     racing = Interposed(w.ddb, lambda: w.earlier(row.conversation_id))
     after = w.ledger(racing).record(
-        row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", "stripe-webhook", "evt_1", [dedupe], announce=True
+        row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", By("stripe-webhook", "evt_1", [dedupe], announce=True)
     )
     assert after.status == "SUCCEEDED"
     assert [(n, t) for n, t, _, _ in w.feed(row.conversation_id)] == [(1, "turn.failed"), (2, "refund.settled")]
@@ -381,11 +377,11 @@ def test_superseded_while_the_counter_moved_is_not_a_duplicate(w: World) -> None
     dedupe = put_new(TABLES["CUSTOMER_DATA_TABLE"], {"customer_id": CUSTOMER, "sk": "WEBHOOK#re_1#failed"}, "sk")
 
     def meanwhile() -> None:
-        w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t0", "payment-sweep", announce=True)
+        w.ledger().record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t0", By("payment-sweep", announce=True))
 
     racing = Interposed(w.ddb, meanwhile)
     after = w.ledger(racing).record(
-        row, Outcome("FAILED", "re_1", "failed", "x"), "t1", "stripe-webhook", "evt_1", [dedupe], announce=True
+        row, Outcome("FAILED", "re_1", "failed", "x"), "t1", By("stripe-webhook", "evt_1", [dedupe], announce=True)
     )
     assert after.status == "SUCCEEDED"
     assert [(t, d["status"]) for _, t, d, _ in w.feed(row.conversation_id)] == [("refund.settled", "REFUNDED")]
@@ -395,6 +391,6 @@ def test_without_a_conversations_table_nothing_is_announced(w: World) -> None:
     c = TABLES
     ledger = RefundLedger(w.ddb, c["CUSTOMER_DATA_TABLE"], c["APPROVALS_TABLE"], c["AUDIT_TABLE"])
     row = w.settling()
-    ledger.record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", "refund-flow", announce=True)
+    ledger.record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", By("refund-flow", announce=True))
     assert w.feed(row.conversation_id) == []
     assert w.ledger().get(CUSTOMER, approved_refund_sk(row.approval_id)).status == "SUCCEEDED"  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ import pytest
 import stripe
 
 from support_agent.refunds.keys import attempt_key
+from support_agent.refunds.provider.port import RefundAttempt
 from support_agent.refunds.provider.stripe import STRIPE_VERSION, StripeProvider
 from support_agent.refunds.provider.stripe_retry import StripePolicy
 
@@ -99,7 +100,7 @@ def test_refund_request_equals_the_sdks(server: tuple[str, list[Seen]]) -> None:
     url, seen = server
     ours, sdk = clients(url)
     meta = {"approval_id": REFUND_KEY, "customer_id": "7"}
-    ours.refund(ATTEMPT, PI, 18900, "usd", meta)
+    ours.refund(RefundAttempt(ATTEMPT, PI, 18900, "usd", meta))
     sdk.v1.refunds.create(
         params={"payment_intent": PI, "amount": 18900, "metadata": {**meta, "refund_key": REFUND_KEY, "attempt": "2"}},
         options={"idempotency_key": ATTEMPT},

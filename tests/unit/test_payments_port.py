@@ -22,6 +22,7 @@ from support_agent.refunds.provider.port import (
     ProviderRefund,
     ProviderRefused,
     ProviderUnavailable,
+    RefundAttempt,
     refund_metadata,
 )
 from support_agent.refunds.provider.stripe import StripeProvider
@@ -89,8 +90,8 @@ def test_the_errors_are_service_errors_with_what_a_caller_needs() -> None:
 
 def test_the_ledger_only_refund_is_a_synthetic_success_stable_per_refund_key() -> None:
     none = LedgerOnly()
-    first = none.refund(f"{APPROVAL}#1", PI, 18900, "USD", {"approval_id": APPROVAL})
-    again = none.refund(f"{APPROVAL}#2", PI, 18900, "USD", {"approval_id": APPROVAL})
+    first = none.refund(RefundAttempt(f"{APPROVAL}#1", PI, 18900, "USD", {"approval_id": APPROVAL}))
+    again = none.refund(RefundAttempt(f"{APPROVAL}#2", PI, 18900, "USD", {"approval_id": APPROVAL}))
     assert first.model_dump() == {
         "id": ledger_refund_id(APPROVAL),
         "status": "succeeded",
@@ -102,7 +103,7 @@ def test_the_ledger_only_refund_is_a_synthetic_success_stable_per_refund_key() -
         "created": 0,
     }
     assert again.id == first.id and first.id.startswith("ledger_")  # one refund, whatever the attempt
-    assert none.refund("conv_1:3:toolu_1#1", PI, 100, "usd", {}).id != first.id
+    assert none.refund(RefundAttempt("conv_1:3:toolu_1#1", PI, 100, "usd", {})).id != first.id
 
 
 def test_the_ledger_only_adapter_knows_nothing_it_did_not_make_and_validates_as_stripe() -> None:
@@ -113,9 +114,9 @@ def test_the_ledger_only_adapter_knows_nothing_it_did_not_make_and_validates_as_
         none.retrieve(ledger_refund_id(APPROVAL))
     assert caught.value.code == "resource_missing"
     with pytest.raises(ValueError):
-        none.refund(f"{APPROVAL}#1", PI, 0, "usd", {})
+        none.refund(RefundAttempt(f"{APPROVAL}#1", PI, 0, "usd", {}))
     with pytest.raises(ValueError):
-        none.refund(APPROVAL, PI, 100, "usd", {})  # a refund key is not an attempt key
+        none.refund(RefundAttempt(APPROVAL, PI, 100, "usd", {}))  # a refund key is not an attempt key
 
 
 # ------------------------------------------------------------------ settings and the factory
@@ -158,7 +159,7 @@ def test_a_lazy_provider_is_built_once_on_first_use() -> None:
 
     lazy = LazyProvider("none", build)
     assert built == []
-    lazy.refund(f"{APPROVAL}#1", PI, 1, "usd", {})
+    lazy.refund(RefundAttempt(f"{APPROVAL}#1", PI, 1, "usd", {}))
     assert lazy.find(APPROVAL, PI) is None
     with pytest.raises(ProviderRefused):
         lazy.retrieve("re_1")
@@ -194,7 +195,7 @@ def test_an_unreadable_secret_is_unavailable_and_sends_nothing(aws: None) -> Non
         settings, transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(500)), secrets_client=None
     )
     with pytest.raises(ProviderUnavailable, match="Stripe API key secret"):
-        stripe.refund(f"{APPROVAL}#1", PI, 100, "usd", {})
+        stripe.refund(RefundAttempt(f"{APPROVAL}#1", PI, 100, "usd", {}))
     assert seen == []
 
 
@@ -217,6 +218,6 @@ def test_the_services_share_one_lazy_provider_that_uses_the_test_transport(monke
     assert isinstance(payments, LazyProvider) and payments._provider is None  # built on the first call only
     assert wiring.chat_services().payments is payments
     assert wiring.lead_services().payments is payments
-    assert payments.refund(f"{APPROVAL}#1", PI, 100, "usd", {}).id == "re_w"
+    assert payments.refund(RefundAttempt(f"{APPROVAL}#1", PI, 100, "usd", {})).id == "re_w"
     assert [r.headers["authorization"] for r in seen] == ["Bearer sk_test_wired"]
     assert isinstance(payments.provider, StripeProvider)

@@ -21,6 +21,7 @@ from support_agent.refunds.provider.port import (
     ProviderRefund,
     ProviderRefused,
     ProviderUnavailable,
+    RefundAttempt,
 )
 from support_agent.refunds.provider.stripe import STRIPE_VERSION, StripeProvider
 from support_agent.refunds.provider.stripe_retry import StripePolicy
@@ -93,7 +94,7 @@ def provider(script: ScriptedStripe, waits: Waits | None = None, **policy: Any) 
 
 
 def refund(p: StripeProvider, **kw: Any) -> ProviderRefund:
-    return p.refund(ATTEMPT, PI, 2000, "USD", META, **kw)
+    return p.refund(RefundAttempt(ATTEMPT, PI, 2000, "USD", META), **kw)
 
 
 # ------------------------------------------------------------------ the request
@@ -133,8 +134,12 @@ def test_the_body_of_an_attempt_is_the_same_bytes_whoever_builds_it() -> None:
     """A repair, a sweep and a replayed execution build the attempt from the row: same inputs, same bytes,
     whatever order the metadata arrives in (Stripe answers idempotency_error to any other body)."""
     first, second = ScriptedStripe(ok()), ScriptedStripe(ok())
-    provider(first).refund(ATTEMPT, PI, 2000, "usd", {"customer_id": "7", "conversation_id": "conv_01JZ"})
-    provider(second).refund(ATTEMPT, PI, 2000, "usd", {"conversation_id": "conv_01JZ", "customer_id": "7"})
+    provider(first).refund(
+        RefundAttempt(ATTEMPT, PI, 2000, "usd", {"customer_id": "7", "conversation_id": "conv_01JZ"})
+    )
+    provider(second).refund(
+        RefundAttempt(ATTEMPT, PI, 2000, "usd", {"conversation_id": "conv_01JZ", "customer_id": "7"})
+    )
     assert first.bodies == second.bodies
     assert first.bodies[0] == (
         b"amount=2000&metadata%5Battempt%5D=1&metadata%5Bconversation_id%5D=conv_01JZ"
@@ -156,7 +161,7 @@ def test_the_body_of_an_attempt_is_the_same_bytes_whoever_builds_it() -> None:
 def test_a_malformed_refund_is_refused_before_any_request(amount: Any, metadata: dict[str, str]) -> None:
     script = ScriptedStripe()
     with pytest.raises(ValueError):
-        provider(script).refund(ATTEMPT, PI, amount, "usd", metadata)
+        provider(script).refund(RefundAttempt(ATTEMPT, PI, amount, "usd", metadata))
     assert script.requests == []
 
 

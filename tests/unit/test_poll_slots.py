@@ -3,7 +3,6 @@ slot freed when its poll answers or, when the poll died holding it, once its wai
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from support_agent.store.polls import HOLD_MARGIN, WAITS_PER_CUSTOMER, PollSlots, Slot, partition
 from tests.support.aws import create_tables, serialised_moto
 from tests.support.harness import FakeClock
+from tests.support.threads import run_together
 from tests.unit.test_ratelimit import Tables
 
 
@@ -84,11 +84,7 @@ def test_concurrent_polls_take_each_slot_once(tables: Tables) -> None:
     s = slots(tables)
     got: list[Slot | None] = []
     with serialised_moto():
-        threads = [threading.Thread(target=lambda: got.append(s.take(7, 20))) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_together([lambda: got.append(s.take(7, 20))] * 8, timeout=None)
     taken = [g for g in got if g is not None]
     assert len(got) == 8 and sorted(g.index for g in taken) == list(range(WAITS_PER_CUSTOMER))
 

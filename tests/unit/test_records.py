@@ -15,6 +15,7 @@ from support_agent.store.handoffs import Handoff
 from support_agent.store.notifications import Notification
 from support_agent.store.records import BadItem
 from support_agent.store.turns import Turn
+from tests.support.approval_items import handoff_item
 
 PENDING: dict[str, Any] = {
     "approval_id": "apr_1",
@@ -104,9 +105,7 @@ def test_the_leads_view_is_the_response_model_built_from_the_record() -> None:
 
 
 def test_hand_offs_orders_and_audit_rows_read_their_items() -> None:
-    ticket = Handoff.from_item(
-        {"approval_id": "hof_1", "entity": "HANDOFF", "status": "OPEN", "customer_id": 7, "created_at": "t"}
-    )
+    ticket = Handoff.from_item(handoff_item())
     assert (ticket.handoff_id, responses.Handoff.of(ticket).closedBy) == ("hof_1", None)
     order = Order.from_item(
         {"customer_id": 7, "sk": "ORDER#1", "order_id": 1, "status": "DELIVERED", "total_cents": 5, "currency": "USD"}
@@ -175,17 +174,7 @@ def test_a_notification_is_numbered_by_its_key_and_its_data_is_json() -> None:
 
 def test_every_lead_body_is_its_record_field_by_field() -> None:
     """``of`` names each model field's record attribute; a field no record has fails here, not in a lead's hands."""
-    ticket = Handoff.from_item(
-        {
-            "approval_id": "hof_1",
-            "entity": "HANDOFF",
-            "status": "CLOSED",
-            "customer_id": 7,
-            "created_at": "t",
-            "closed_by": "lead-1",
-            "closed_at": "u",
-        }
-    )
+    ticket = Handoff.from_item(handoff_item(status="CLOSED", closed_by="lead-1", closed_at="u"))
     assert responses.Handoff.of(ticket).model_dump() == {
         "handoffId": "hof_1",
         "status": "CLOSED",

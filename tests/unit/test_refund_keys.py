@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from support_agent.ids import APPROVAL_ID, CONVERSATION_ID
 from support_agent.mcp.our_tools import server_key
@@ -92,3 +94,41 @@ def test_no_module_but_refunds_keys_spells_the_grammar() -> None:
         if spelled.search(line)
     ]
     assert offenders == []
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ULIDS = st.text(_CROCKFORD, min_size=26, max_size=26)
+_CALL_IDS = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", min_size=1, max_size=128)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    origin=st.sampled_from(["direct", "mcp", "approved"]),
+    ulid=_ULIDS,
+    seq=st.integers(0, 999_999_999),
+    customer=st.integers(1, 10**18 - 1),
+    call_id=_CALL_IDS,
+    client_key=st.text(min_size=1, max_size=255),
+    attempt=st.integers(1, 10**6),
+)
+def test_parse_of_build_is_the_identity_for_every_origin(
+    origin: str, ulid: str, seq: int, customer: int, call_id: str, client_key: str, attempt: int
+) -> None:
+    """parse(build(x)) == x: every origin's key, built as its writer builds it, parses back to its parts, maps to the
+    row its writer wrote, and its attempt key splits back to it."""
+    if origin == "direct":
+        conversation = f"conv_{ulid}"
+        key, sk = keys.direct_refund_key(conversation, seq, call_id), keys.request_sk(conversation, seq, call_id)
+        expected = keys.RefundKey("direct", key, conversation, seq, call_id)
+    elif origin == "mcp":
+        key = server_key(customer, client_key)
+        digest = key.rsplit(":", 1)[1]
+        sk = keys.request_sk(keys.MCP_SCOPE, customer, digest)
+        expected = keys.RefundKey("mcp", key, keys.MCP_SCOPE, customer, digest)
+    else:
+        key = f"apr_{ulid}"
+        sk = keys.approved_refund_sk(key)
+        expected = keys.RefundKey("approved", key, approval_id=key)
+    assert keys.parse(key) == expected
+    assert keys.ledger_sk(key) == sk
+    assert keys.split_attempt_key(keys.attempt_key(key, attempt)) == (key, attempt)

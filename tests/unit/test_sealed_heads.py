@@ -1,4 +1,4 @@
-"""Sealed heads (store/audit_seal.py) against moto's S3: keys sort newest first, a batch seals each stream's
+"""Sealed heads (audit/seal.py) against moto's S3: keys sort newest first, a batch seals each stream's
 newest head once, a failed put reports the stream's first record, the reader takes the newest key's oldest
 version, and the writer never puts over a sealed key (moto enforces ``If-None-Match: *``)."""
 
@@ -15,9 +15,8 @@ import pytest
 from moto import mock_aws
 
 from support_agent import observability as obs
-from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain
-from support_agent.store.audit_seal import (
+from support_agent.audit.chain import Head, chain
+from support_agent.audit.seal import (
     Seal,
     SealConflict,
     SealReader,
@@ -26,6 +25,7 @@ from support_agent.store.audit_seal import (
     newest_heads,
     seal_records,
 )
+from support_agent.store.audit import AuditRecord
 
 BUCKET = "sealed-heads"
 

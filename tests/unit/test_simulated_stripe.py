@@ -23,6 +23,7 @@ from devstack.seed import DEMO_DATA, demo_items
 from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, Fault, SimulatedStripeServer, start
 from support_agent.store.customer_data import Order
 from support_agent.tools.orders import order_view
+from tests.support.threads import run_together
 
 POST, LIST, GET = "POST /v1/refunds", "GET /v1/refunds", "GET /v1/refunds/{id}"
 
@@ -257,13 +258,7 @@ def test_a_concurrent_request_with_the_key_is_409_and_the_sdk_retries_it(server:
 def test_ten_concurrent_requests_with_one_key_make_one_refund(server: SimulatedStripeServer) -> None:
     server.stripe.inject(POST, Fault.SLOW, hold_seconds=0.3)
     ids: list[str] = []
-    threads = [
-        threading.Thread(target=lambda: ids.append(refund(sdk(server, retries=100), "k#1").id)) for _ in range(10)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_together([lambda: ids.append(refund(sdk(server, retries=100), "k#1").id)] * 10, timeout=None)
     assert len(ids) == 10 and len(set(ids)) == 1 and len(server.stripe.refunds()) == 1
     assert any(r.status == 409 for r in posts(server))
 

@@ -22,6 +22,7 @@ import pytest
 from cfnlint.api import lint_file
 
 from devstack.stack import REPO_ROOT, TEMPLATE_PATH, http_routes, translate
+from tests.support.routes import CHAT_ROUTES
 
 Pair = tuple[str, str]  # (iam action, target) where target is a logical id, "<id>/index/<name>" or "param:<name>"
 
@@ -135,12 +136,7 @@ def test_parameters(sam: dict[str, Any]) -> None:
 
 def test_routes_and_api(sam: dict[str, Any]) -> None:
     routes = {(r.method, r.path, r.function) for r in http_routes(sam)}
-    assert {
-        ("POST", "/api/chat", "ChatFunction"),
-        ("GET", "/api/conversations", "ChatFunction"),
-        ("GET", "/api/conversations/{id}", "ChatFunction"),
-        ("GET", "/api/health", "ChatFunction"),
-    } <= routes
+    assert {(method, path, "ChatFunction") for method, path in CHAT_ROUTES} <= routes
     for event in sam["Resources"]["ChatFunction"]["Properties"]["Events"].values():
         assert event["Properties"]["ApiId"] == {"Ref": "HttpApi"}  # throttled, CORS-configured API
     api = sam["Resources"]["HttpApi"]["Properties"]

@@ -18,12 +18,13 @@ import pytest
 from support_agent.agent.model_output import MAX_TOOL_USES
 from support_agent.config import Settings
 from support_agent.refunds.ledger import RefundLedger
-from support_agent.refunds.ledger_row import Outcome
+from support_agent.refunds.ledger_row import By, Outcome
 from support_agent.refunds.requests import RefundRequest, RefundWriter
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
 from support_agent.store.turns import TurnStore
+from tests.support.approval_items import approval_item, handoff_item
 from tests.support.harness import Crash, Harness, make_harness
 from tests.support.ledger import direct_row, ledger_item
 from tests.support.recording import RecordingDynamo
@@ -36,15 +37,13 @@ CID = "conv_01JTESTTESTTESTTESTTESTTE"
 COVERED = {
     "store/conversations.py": 1,  # write-ahead and results: test_turn_writes
     "refunds/requests.py": 1,  # direct, reserve (and a held one's, with its dedupe item): test_money_writes
-    # The ledger's, test_ledger_writes: begin_approved; fail_unstarted, record and fail_late (one `_transact`, with
-    # or without their notification); new_attempt and an audited call that changed nothing (row head + row)
+    # The ledger's, test_ledger_writes: begin_approved; new_attempt and an audited call that changed nothing (row
+    # head + row). fail_unstarted, record and fail_late go through notifications.py's, as the approvals' do.
     "refunds/approved.py": 1,
-    "refunds/ledger_table.py": 1,
     "refunds/settlements.py": 2,
-    # approve, retry, reject/expire/release (without a notification; with one: notifications.py's), the same test
-    "store/approvals.py": 1,  # approve, retry, reject/expire/release: test_approval_decisions
-    # a decision's own items + its notification's two (counter, notification): test_ledger_writes,
-    # test_approval_decisions (and turns.py's turn.failed)
+    # a decision's own items, with or without its notification's two (counter, notification): test_ledger_writes
+    # (fail_unstarted, record, fail_late), test_approval_decisions (approve, retry, reject/expire/release: without a
+    # conversations table, the items alone) and turns.py's turn.failed
     "store/notifications.py": 1,
     "store/handoffs.py": 2,  # open, close: test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
@@ -130,34 +129,26 @@ def test_ledger_writes() -> None:
     approval's notification (counter + notification); its start (approval, row, audit, the order's reservation
     checked); a start refused for a lost reservation (approval, audit, notification). Every settlement announced
     carries the notification's two items, at the end."""
-    approval = {
-        "approval_id": "apr_1",
-        "customer_id": 7,
-        "order_id": 1042,
-        "amount_cents": 9000,
-        "currency": "USD",
-        "conversation_id": CID,
-        "created_at": "t",
-    }
+    approval = approval_item("apr_1", CID)
     db = RecordingDynamo(items={"Approvals": {**approval, "status": "APPROVED"}})
     ledger = RefundLedger(db, "CustomerData", "Approvals", "Audit", "Conversations")
     approved = Approval.from_item({**approval, "status": "APPROVED"})
     row = ledger.begin_approved(dataclasses.replace(approved, payment_intent="pi_1"), "stripe", "t", "refund-flow")
     db.items["CustomerData"] = {**ledger_item(row)}
     for outcome in (Outcome("SUCCEEDED", "re_1", "succeeded"), Outcome("FAILED", failure_code="x")):
-        ledger.record(row, outcome, "t", "refund-flow")
+        ledger.record(row, outcome, "t", By("refund-flow"))
     dedupe = {"Put": {"TableName": "CustomerData", "Item": {}, "ConditionExpression": "attribute_not_exists(sk)"}}
-    ledger.record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", "stripe-webhook", "evt_1", [dedupe])
+    ledger.record(row, Outcome("SUCCEEDED", "re_1", "succeeded"), "t", By("stripe-webhook", "evt_1", [dedupe]))
     direct = dataclasses.replace(row, kind="direct", approval_id="", conversation_id=CID)
-    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "customer-7")  # the chat's: not announced
-    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", "payment-sweep", announce=True)
+    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", By("customer-7"))  # the chat's: not announced
+    ledger.record(direct, Outcome("FAILED", failure_code="x"), "t", By("payment-sweep", announce=True))
     ledger.fail_unstarted(approved, "t", "refund-flow", "reservation_missing")
     succeeded = dataclasses.replace(row, status="SUCCEEDED", refund_id="re_1")
     db.items["CustomerData"] = ledger_item(succeeded)
-    ledger.fail_late(succeeded, "re_1", "lost_or_stolen_card", "t", "webhook", "evt_2", [dedupe])
+    ledger.fail_late(succeeded, "re_1", "lost_or_stolen_card", "t", By("webhook", "evt_2", [dedupe]))
     ledger.new_attempt(row, "t", "payment-sweep")
     settling = dataclasses.replace(row, status="SETTLING", refund_id="re_1")
-    ledger.record(settling, Outcome("SETTLING", "re_1", "pending"), "t", "payment-sweep")  # nothing new: audited
+    ledger.record(settling, Outcome("SETTLING", "re_1", "pending"), "t", By("payment-sweep"))  # nothing new: audited
     assert [len(t) for t in db.transactions] == [4, 6, 5, 7, 3, 5, 4, 7, 2, 2]
     notes = [t for t in db.transactions if t[-1].get("Put", {}).get("TableName") == "Conversations"]
     assert len(notes) == 6 and all(t[-2]["Update"]["TableName"] == "Conversations" for t in notes)
@@ -165,15 +156,7 @@ def test_ledger_writes() -> None:
 
 
 def test_approval_decisions() -> None:
-    approval = {
-        "approval_id": "apr_1",
-        "customer_id": 7,
-        "order_id": 1042,
-        "amount_cents": 9000,
-        "currency": "USD",
-        "conversation_id": CID,
-        "created_at": "t",
-    }
+    approval = approval_item("apr_1", CID)
     db = RecordingDynamo()
     store = ApprovalStore(db, "Approvals", "CustomerData", "Audit", "Conversations")
     for status, decide in [
@@ -211,14 +194,7 @@ def test_hand_offs() -> None:
         request_id="r",
         now="t",
     )
-    db.items["Approvals"] = {
-        "approval_id": "hof_1",
-        "entity": "HANDOFF",
-        "status": "OPEN",
-        "customer_id": 7,
-        "conversation_id": CID,
-        "created_at": "t",
-    }
+    db.items["Approvals"] = handoff_item(conversation_id=CID)
     store.close("hof_1", "lead-1", "t")
     assert len(db.transactions) == COVERED["store/handoffs.py"]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)

@@ -22,7 +22,7 @@ class Settings(BaseModel):
     approvals_table: str = Field("Approvals", alias="APPROVALS_TABLE")
     audit_table: str = Field("Audit", alias="AUDIT_TABLE")
     approval_queue_url: str = Field("", alias="APPROVAL_QUEUE_URL")
-    # The bucket of sealed audit heads (Object Lock, store/audit_seal.py); empty: verification without seals.
+    # The bucket of sealed audit heads (Object Lock, audit/seal.py); empty: verification without seals.
     audit_seal_bucket: str = Field("", alias="AUDIT_SEAL_BUCKET")
 
     # The model.

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from support_agent.approvals.decisions import ApprovalDecisions
     from support_agent.approvals.notifier import ApprovalNotifier
     from support_agent.approvals.sweep import ApprovalSweeper
+    from support_agent.audit.seal import SealWriter
     from support_agent.auth import Authenticator
     from support_agent.feed import Feed
     from support_agent.llm.base import LlmClient
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
     )
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
-    from support_agent.store.audit_seal import SealWriter
     from support_agent.store.conversations import ConversationStore
     from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.erasure import ConversationEraser
@@ -232,10 +232,10 @@ def build_lead_services(
     settings: Settings, ddb: Any = None, sfn: Any = None, payments: PaymentProvider | None = None
 ) -> LeadServices:
     from support_agent.approvals.decisions import ApprovalDecisions
+    from support_agent.audit.seal import SealReader
     from support_agent.refunds import lazy_provider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
-    from support_agent.store.audit_seal import SealReader
     from support_agent.store.erasure import ConversationEraser
     from support_agent.store.handoffs import HandoffStore
 
@@ -421,10 +421,11 @@ class _Root:
     @cached_property
     def turn_worker(self) -> TurnWorker:
         """TurnWorkerFunction's: the chat services' own loop, stores and tools."""
+        from support_agent.agent.lifecycle import TurnLifecycle
         from support_agent.agent.worker import TurnWorker
 
         services = self.chat_services
-        return TurnWorker(services.settings, services.agent, services.turns, services.conversations)
+        return TurnWorker(TurnLifecycle(services.settings, services.agent, services.turns, services.conversations))
 
     @cached_property
     def turn_sweeper(self) -> TurnSweeper:
@@ -460,7 +461,7 @@ class _Root:
 
     @cached_property
     def seal_writer(self) -> SealWriter:
-        from support_agent.store.audit_seal import SealWriter
+        from support_agent.audit.seal import SealWriter
 
         return SealWriter(self.client("s3"), get_settings().audit_seal_bucket, utc_now)
 

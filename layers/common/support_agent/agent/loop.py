@@ -32,9 +32,7 @@ from support_agent.ids import new_conversation_id
 from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
 from support_agent.pricing import estimate_usd, price_table
-from support_agent.refunds.keys import direct_refund_key
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import chain
 from support_agent.store.conversations import ConversationStore, Header, StoredMessage
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolSource
 
@@ -271,23 +269,22 @@ class _Turn:
         title: str | None = None,
         now: str | None = None,
     ) -> list[StoredMessage]:
-        chained, audit_head = chain(self.audit_head, audit or [])
-        with obs.span("persist", messages=len(messages), audit_rows=len(chained)):
-            stored = self.agent.conversations.append(
+        with obs.span("persist", messages=len(messages), audit_rows=len(audit or [])):
+            # The rows are chained on the conversation's stream by the store, after the head this turn last wrote.
+            stored, self.audit_head = self.agent.conversations.append(
                 self.conversation_id,
                 self.request_id,
                 self.next_seq,
                 messages,
                 now=now or self.agent.now(),
                 usage=usage,
-                audit=chained,
+                audit=audit,
                 title=title,
                 create=self.header if self.unsaved_lease is not None else None,
                 lease_until=self.unsaved_lease or 0,
                 audit_head=self.audit_head,
                 turn_id=self.turn_id,
             )
-        self.audit_head = audit_head
         self.unsaved_lease = None
         self.next_seq += len(messages)
         first_write, self.first_write = self.first_write, None
@@ -309,15 +306,9 @@ class _Turn:
             fence=self.agent.conversations.lease_check(self.conversation_id, self.request_id, int(self.agent.clock())),
         )
 
-    def _audit(self, use: Block, outcome: ToolOutcome, seq: int, now: str) -> AuditRecord:
-        """The call's row; it names the streams its effect wrote (an approval, a hand-off, a refund key), so
-        the conversation's trail follows them (store/audit.py `conversation_trail`)."""
-        result = outcome.result if isinstance(outcome.result, dict) else {}
-        approval_id = result.get("approval_id") if isinstance(result.get("approval_id"), str) else None
-        handoff_id = result.get("handoff_id") if isinstance(result.get("handoff_id"), str) else None
-        refund_key = approval_id
-        if use.get("name") == "request_refund" and approval_id is None and "order_id" in result:
-            refund_key = direct_refund_key(self.conversation_id, seq, str(use.get("id")))
+    def _audit(self, use: Block, outcome: ToolOutcome, now: str) -> AuditRecord:
+        """The call's row; it names the streams its effect wrote, as the tool's outcome says (an approval, a
+        hand-off, a refund key), so the conversation's trail follows them (store/audit.py `conversation_trail`)."""
         return AuditRecord(
             stream=self.conversation_id,
             action="tool_call",
@@ -331,12 +322,12 @@ class _Turn:
             conversation_id=self.conversation_id,
             request_id=self.request_id,
             tool_use_id=str(use.get("id")),
-            approval_id=approval_id,
-            handoff_id=handoff_id,
-            refund_key=refund_key,
+            approval_id=outcome.streams.approval_id,
+            handoff_id=outcome.streams.handoff_id,
+            refund_key=outcome.streams.refund_key,
         )
 
-    def _store_results(self, pairs: list[tuple[Block, ToolOutcome]], seq: int) -> Message:
+    def _store_results(self, pairs: list[tuple[Block, ToolOutcome]]) -> Message:
         """One user message with every tool_result, plus one audit row per call, atomically (and at one time)."""
         now = self.agent.now()
         content = [
@@ -348,7 +339,7 @@ class _Turn:
             }
             for use, outcome in pairs
         ]
-        audit = [self._audit(u, o, seq, now) for u, o in pairs]
+        audit = [self._audit(u, o, now) for u, o in pairs]
         stored = self._append([{"role": "user", "content": content}], audit=audit, now=now)
         self.agent.checkpoint("after_results_write")
         return stored[0].as_message()
@@ -366,7 +357,7 @@ class _Turn:
             # By the call's key alone: its stored input may be erased ({}) or refused by today's model.
             recorded = self.agent.tools.recorded(str(use.get("name", "")), self._ctx(assistant.seq, use["id"]))
             pairs.append((use, recorded or ToolOutcome({"error": NOT_EXECUTED_AFTER_CRASH}, True, "not_executed")))
-        return self._store_results(pairs, assistant.seq)
+        return self._store_results(pairs)
 
     # the loop ------------------------------------------------------------------------------
 
@@ -560,7 +551,7 @@ class _Turn:
             self.tool_calls += 1
             pairs.append((use, self._execute(use, assistant.seq, iteration)))
             self.agent.checkpoint(f"after_tool:{index}")
-        results = self._store_results(pairs, assistant.seq)
+        results = self._store_results(pairs)
         return [ToolCallTrace(u["id"], u["name"], u.get("input"), o.result, o.is_error) for u, o in pairs], results
 
     def _result(self, stop: str, iterations: int, last: LlmResponse | None) -> TurnResult:

@@ -13,38 +13,23 @@ synchronous path's would (agent/finish.py).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from support_agent import observability as obs
 from support_agent.agent.lifecycle import TurnLifecycle
-from support_agent.clock import utc_now
-from support_agent.config import Settings
 from support_agent.messages import Deadline
-from support_agent.store.conversations import ConversationStore
-from support_agent.store.turns import TurnStore
-
-if TYPE_CHECKING:
-    from support_agent.agent.loop import Agent
 
 
 @dataclass
 class TurnWorker:
-    settings: Settings
-    agent: Agent
-    turns: TurnStore
-    conversations: ConversationStore
-    clock: Callable[[], float] = field(default=time.time)
-    now: Callable[[], str] = field(default=utc_now)
+    """The worker's side of the turn's lifecycle (its stores and clocks are the lifecycle's)."""
+
+    lifecycle: TurnLifecycle
 
     def run(self, message: dict[str, Any], lambda_deadline: Deadline | None = None) -> str:
         """One queue message; what became of it: completed, failed, stale (a duplicate or an ended turn),
         or not_taken (someone still holds the lease: the sweep sends the turn again once it is free)."""
         cid, turn_id, token = str(message["conversationId"]), str(message["turnId"]), str(message["token"])
         obs.logger.append_keys(conversation_id=cid, turn_id=turn_id)
-        lifecycle = TurnLifecycle(
-            self.settings, self.agent, self.turns, self.conversations, clock=self.clock, now=self.now
-        )
-        return lifecycle.resume(cid, turn_id, token, lambda_deadline)
+        return self.lifecycle.resume(cid, turn_id, token, lambda_deadline)

@@ -7,7 +7,8 @@ body of the answer); its lifecycle, claim to end, is agent/lifecycle.py's, as th
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
@@ -42,6 +43,14 @@ class ChatRequest(BaseModel):
 
 
 READS = "At most READS_PER_MINUTE reads of conversations per customer per minute (429 `rate_limited`)."
+_Route = TypeVar("_Route", bound=Callable[..., Any])
+
+
+def _read(path: str, summary: str, model: str, errors: tuple[int, ...], more: str = "") -> Callable[[_Route], _Route]:
+    """GET ``path``, a customer's read (counted against READS_PER_MINUTE); ``more`` adds to its description."""
+    return router.get(
+        path, summary=summary, description=READS + more, responses=responses(model, *errors), tags=["customer"]
+    )
 
 
 def _principal() -> Any:
@@ -113,15 +122,8 @@ def chat(body: ChatRequest) -> Any:
     return replay(started.turn)
 
 
-def _lifecycle(services: ChatServices) -> TurnLifecycle:
-    return TurnLifecycle(
-        services.settings,
-        services.agent,
-        services.turns,
-        services.conversations,
-        limiter=services.limiter,
-        sqs=services.sqs,
-    )
+def _lifecycle(svc: ChatServices) -> TurnLifecycle:
+    return TurnLifecycle(svc.settings, svc.agent, svc.turns, svc.conversations, limiter=svc.limiter, sqs=svc.sqs)
 
 
 def _running(turn: Turn, headers: dict[str, str]) -> Response[Any]:
@@ -143,12 +145,11 @@ def replay(turn: Turn) -> Response[Any]:
     return json_response(turn.response_status or 500, turn.response or {}, {"Idempotent-Replayed": "true"})
 
 
-@router.get(
+@_read(
     "/api/conversations/<conversation_id>/turns/<turn_id>",
-    summary="A turn's status, and its answer once it completed",
-    description=READS,
-    responses=responses("TurnView", 401, 403, 404, 429),
-    tags=["customer"],
+    "A turn's status, and its answer once it completed",
+    "TurnView",
+    (401, 403, 404, 429),
 )
 def get_turn(conversation_id: str, turn_id: str) -> dict[str, Any]:
     services = chat_services()
@@ -166,13 +167,7 @@ def _reader(services: ChatServices) -> int:
     return customer_id
 
 
-@router.get(
-    "/api/conversations",
-    summary="List my conversations, newest first",
-    description=READS,
-    responses=responses("ConversationList", 400, 401, 403, 429),
-    tags=["customer"],
-)
+@_read("/api/conversations", "List my conversations, newest first", "ConversationList", (400, 401, 403, 429))
 def list_conversations(
     nextToken: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> dict[str, Any]:
@@ -189,12 +184,12 @@ def list_conversations(
     }
 
 
-@router.get(
+@_read(
     "/api/conversations/<conversation_id>",
-    summary="Read one of my conversations",
-    description=READS + " Tool inputs and results only when TRANSPARENCY=verbose.",
-    responses=responses("ConversationView", 401, 403, 404, 429),
-    tags=["customer"],
+    "Read one of my conversations",
+    "ConversationView",
+    (401, 403, 404, 429),
+    more=" Tool inputs and results only when TRANSPARENCY=verbose.",
 )
 def get_conversation(conversation_id: str) -> dict[str, Any]:
     services = chat_services()

@@ -3,7 +3,8 @@
 Every error is ``{"error": {"code", "message"}}``: validation answers 400 (not Powertools' 422),
 unknown routes 404, each domain error the status `contract.py` gives it (with Retry-After where the table says so).
 Authentication runs before validation, so an anonymous client learns nothing about the schema; the
-authenticator is the function's to hand in (the composition root's, from functions/*/app.py).
+authenticator is the function's to hand in (the composition root's, from functions/*/app.py, whose
+handler `api_handler` builds).
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+from aws_lambda_powertools.logging import correlation_paths
 
 from support_agent.auth import Authenticator, Principal
+from support_agent.config import get_settings
 from support_agent.contract import error_body, status_and_code
 from support_agent.errors import InvalidRequest, NotFound, ServiceError, TooLarge
+from support_agent.observability import metrics, observed
 
 logger = logging.getLogger(__name__)
 
@@ -163,3 +168,19 @@ def handle(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max
         resp = error_response(exc)
         headers = {"Content-Type": JSON, **{k: v for k, v in resp.headers.items() if isinstance(v, str)}}
         return {"statusCode": resp.status_code, "headers": headers, "body": resp.body}
+
+
+def api_handler(
+    router: APIGatewayHttpRouter, authenticator: Callable[[], Authenticator]
+) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    """An API function's Lambda handler: ``router``'s routes on the shared resolver. Every log line carries the
+    API request id (correlation_id); the routes add their own keys (the conversation, the approval)."""
+    app = build_resolver(authenticator)
+    app.include_router(router)
+
+    @observed(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+    @metrics.log_metrics(capture_cold_start_metric=True)
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return handle(app, event, context, get_settings().max_body_bytes)
+
+    return handler

@@ -67,6 +67,14 @@ _DECIDED = {
 _LEAD = ["support lead"]
 _DECISION_ERRORS = (401, 403, 404, 409)
 _Route = TypeVar("_Route", bound=Callable[..., Any])
+_NextToken = Annotated[str | None, Query(max_length=4096)]
+
+
+def _read(
+    path: str, summary: str, model: type[BaseModel], *errors: int, description: str | None = None
+) -> Callable[[_Route], _Route]:
+    """GET ``path``, a lead's read: answers ``model``."""
+    return router.get(path, summary=summary, description=description, responses=responses(model, *errors), tags=_LEAD)
 
 
 def _decision(
@@ -82,24 +90,16 @@ def _decision(
     )
 
 
-@router.get(
-    "/api/approvals",
-    summary="List approvals, newest first",
-    responses=responses(ApprovalList, 400, 401, 403),
-    tags=_LEAD,
-)
+@_read("/api/approvals", "List approvals, newest first", ApprovalList, 400, 401, 403)
 def list_approvals(
-    status: Annotated[ApprovalStatus | None, Query()] = None,
-    nextToken: Annotated[str | None, Query(max_length=4096)] = None,
+    status: Annotated[ApprovalStatus | None, Query()] = None, nextToken: _NextToken = None
 ) -> ApprovalList:
     _lead()
     page = pagination.page(nextToken, lambda start: lead_services().approvals.list(status, start_key=start))
     return ApprovalList(approvals=[Approval.of(a) for a in page.items], nextToken=pagination.encode(page.next_key))
 
 
-@router.get(
-    "/api/approvals/<approval_id>", summary="Read an approval", responses=responses(Approval, 401, 403, 404), tags=_LEAD
-)
+@_read("/api/approvals/<approval_id>", "Read an approval", Approval, 401, 403, 404)
 def get_approval(approval_id: str) -> Approval:
     _lead()
     return Approval.of(lead_services().decisions.get(approval_id))
@@ -139,10 +139,9 @@ def release(approval_id: str) -> Response[Approval]:
     return _answer(lead_services().decisions.release(approval_id, _lead()))
 
 
-@router.get("/api/handoffs", summary="List hand-offs", responses=responses(HandoffList, 400, 401, 403), tags=_LEAD)
+@_read("/api/handoffs", "List hand-offs", HandoffList, 400, 401, 403)
 def list_handoffs(
-    status: Annotated[Literal["OPEN", "CLOSED"], Query()] = "OPEN",
-    nextToken: Annotated[str | None, Query(max_length=4096)] = None,
+    status: Annotated[Literal["OPEN", "CLOSED"], Query()] = "OPEN", nextToken: _NextToken = None
 ) -> HandoffList:
     _lead()
     page = pagination.page(nextToken, lambda start: lead_services().handoffs.list(status, start_key=start))
@@ -161,16 +160,11 @@ def close_handoff(handoff_id: str, body: CloseRequest | None = None) -> Handoff:
     return Handoff.of(services.handoffs.close(handoff_id, lead, services.now(), body.note if body else None))
 
 
-@router.get(
-    "/api/audit",
-    summary="The audit trail of a conversation or of a customer, oldest first",
-    responses=responses(AuditPage, 400, 401, 403),
-    tags=_LEAD,
-)
+@_read("/api/audit", "The audit trail of a conversation or of a customer, oldest first", AuditPage, 400, 401, 403)
 def audit(
     conversationId: Annotated[str | None, Query(max_length=64, pattern=CONVERSATION_ID.pattern)] = None,
     customerId: Annotated[int | None, Query(ge=1, le=MAX_CUSTOMER_ID)] = None,
-    nextToken: Annotated[str | None, Query(max_length=4096)] = None,
+    nextToken: _NextToken = None,
 ) -> AuditPage:
     _lead()
     if (conversationId is None) == (customerId is None):
@@ -192,14 +186,17 @@ def audit(
     return AuditPage(records=records, nextToken=pagination.encode(last))
 
 
-@router.get(
+@_read(
     "/api/audit/verify",
-    summary="Verify the hash chain of a conversation's or an approval's audit trail",
+    "Verify the hash chain of a conversation's or an approval's audit trail",
+    AuditVerification,
+    400,
+    401,
+    403,
+    404,
     description="Recomputes every row of the stream and of the streams its rows name (approvals, hand-offs, "
     "refund keys) against their owners' heads: `status` `ok`, or `broken` with the first break and its kind "
     "(`changed`, `missing`, `inserted`, `reordered`). `streams` holds each stream's own answer.",
-    responses=responses(AuditVerification, 400, 401, 403, 404),
-    tags=_LEAD,
 )
 def audit_verify(
     conversationId: Annotated[str | None, Query(max_length=64, pattern=CONVERSATION_ID.pattern)] = None,

@@ -21,28 +21,17 @@ The request body and the response are the Messages API's wire format (llm/messag
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
 from support_agent.config import Settings
-from support_agent.errors import ModelRefused, ModelUnavailable
-from support_agent.llm.base import LlmResponse, Seams
-from support_agent.llm.http_client import HttpClient
+from support_agent.errors import ModelRefused
+from support_agent.llm.base import LlmRequest, LlmResponse, Seams
+from support_agent.llm.http_client import HttpClient, HttpOptions, http_options
+from support_agent.llm.http_errors import ProviderError
 from support_agent.llm.messages_api import build_body, encode_body, parse_response
-from support_agent.llm.retry import (
-    SPEND_LIMIT,
-    SPEND_LIMIT_RETRY_AFTER,
-    Attempt,
-    Retryable,
-    RetryPolicy,
-    error_type,
-    refused,
-    retry_after_header,
-)
-from support_agent.messages import Message
-from support_agent.secrets import key_provider
+from support_agent.llm.retry import SPEND_LIMIT, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -54,68 +43,39 @@ RETRYABLE_STATUS = frozenset({408, 429, 529})
 class AnthropicClient(HttpClient):
     """One `create` = one Messages API call, under the shared `RetryPolicy` (`llm/retry.py`)."""
 
-    def __init__(
-        self,
-        *,
-        api_key: str | Callable[[], str],
-        model: str,
-        max_tokens: int = 1024,
-        base_url: str = "https://api.anthropic.com",
-        anthropic_version: str = "2023-06-01",
-        transport: httpx.BaseTransport | None = None,
-        policy: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(base_url.rstrip("/") + "/v1/messages", api_key, model, max_tokens, transport, policy)
+    BASE_URL = "https://api.anthropic.com"
+    PATH = "/v1/messages"
+    RETRYABLE_STATUS = RETRYABLE_STATUS
+
+    def __init__(self, *, anthropic_version: str = "2023-06-01", **options: Unpack[HttpOptions]) -> None:
+        super().__init__(**options)
         self.anthropic_version = anthropic_version
 
     @classmethod
     def from_settings(cls, settings: Settings, policy: RetryPolicy, seams: Seams) -> AnthropicClient:
-        return cls(
-            api_key=key_provider(
-                settings.anthropic_api_key,
-                settings.anthropic_api_key_secret_arn,
-                seams.secrets_client,
-                settings.api_key_cache_seconds,
-            ),
-            model=settings.model_id,
-            max_tokens=settings.max_tokens,
-            base_url=settings.anthropic_base_url,
-            anthropic_version=settings.anthropic_version,
-            transport=seams.transport,
-            policy=policy,
-        )
+        secret = (settings.anthropic_api_key, settings.anthropic_api_key_secret_arn)
+        options = http_options(settings, policy, seams, secret, settings.model_id, settings.anthropic_base_url)
+        return cls(anthropic_version=settings.anthropic_version, **options)
 
-    def _request(
-        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
-    ) -> Attempt:
-        key = self._key()
+    def _headers(self, key: str) -> dict[str, str]:
         if not key:
             raise ModelRefused("model API key not configured")
-        content = encode_body(build_body(self.model, self.max_tokens, system, messages, tools, tool_choice))
-        headers = {"x-api-key": key, "anthropic-version": self.anthropic_version, "content-type": "application/json"}
-        return lambda deadline: self._post(content, headers, key, deadline)
+        return {"x-api-key": key, "anthropic-version": self.anthropic_version, "content-type": "application/json"}
+
+    def _body(self, request: LlmRequest) -> dict[str, Any]:
+        return build_body(self.model, self.max_tokens, request)
 
     def _parse(self, data: Any) -> LlmResponse:
         return parse_response(data)
 
-    def _failure(self, r: httpx.Response, key: str) -> Exception:
-        err_type, err_message = _error_of(r)
-        reason = f"HTTP {r.status_code} {error_type(err_type)}".rstrip()
-        if 400 <= r.status_code < 500 and (
-            err_type == "billing_error" or (err_type != "" and SPEND_LIMIT.search(err_message))
-        ):
-            return ModelUnavailable(f"model API spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER)
-        if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
-            return Retryable(reason, retry_after_header(r.headers))
-        return refused(reason, err_message, key)
-
-
-def _error_of(r: httpx.Response) -> tuple[str, str]:
-    """(error type, message) from an Anthropic error body; empty strings if it is not one."""
-    try:
-        err = r.json().get("error")
-    except (ValueError, AttributeError):
-        return "", ""
-    if not isinstance(err, dict):
-        return "", ""
-    return str(err.get("type") or ""), str(err.get("message") or "")
+    def _error(self, r: httpx.Response) -> ProviderError:
+        """An Anthropic error body's type and message; a billing error, or a spend limit its message names, is spent."""
+        try:
+            err = r.json().get("error")
+        except (ValueError, AttributeError):
+            return ProviderError()
+        if not isinstance(err, dict):
+            return ProviderError()
+        kind, message = str(err.get("type") or ""), str(err.get("message") or "")
+        spent = kind == "billing_error" or (kind != "" and SPEND_LIMIT.search(message) is not None)
+        return ProviderError(kind, message, spent)

@@ -1,4 +1,4 @@
-"""The `LlmClient` protocol and the provider-neutral response.
+"""The `LlmClient` interface, the request it is asked and the provider-neutral response.
 
 Content is kept as Anthropic content blocks (plain dicts) because that is the canonical stored
 history: blocks must round-trip unchanged.
@@ -7,14 +7,14 @@ history: blocks must round-trip unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from support_agent.messages import Block, Deadline, Message, Usage
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Block", "Deadline", "LlmClient", "LlmResponse", "Message", "Seams", "Usage"]
+__all__ = ["Block", "Deadline", "LlmClient", "LlmRequest", "LlmResponse", "Message", "Seams", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,22 @@ class LlmResponse:
         return "".join(str(b.get("text", "")) for b in self.content if isinstance(b, dict) and b.get("type") == "text")
 
 
-class LlmClient(Protocol):
+@dataclass(frozen=True)
+class LlmRequest:
+    """What one model call asks, whatever the provider: each adapter encodes it in its own wire format."""
+
+    system: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    tool_choice: dict[str, Any] | None = None
+
+
+class LlmClient:
     """One call to the model. Raises `ModelUnavailable` (retryable) or `ModelRefused`; the answer, or the
-    error, says how often the adapter retried (`retries`), so a shared client keeps no per-call state."""
+    error, says how often the adapter retried (`retries`), so a shared client keeps no per-call state.
+
+    The loop calls `create`; an adapter (or a test's double) answers the one `LlmRequest` it makes of it.
+    """
 
     def create(
         self,
@@ -44,7 +57,11 @@ class LlmClient(Protocol):
         tool_choice: dict[str, Any] | None = None,
         *,
         deadline: Deadline | None = None,
-    ) -> LlmResponse: ...
+    ) -> LlmResponse:
+        return self.answer(LlmRequest(system, messages, tools, tool_choice), deadline)
+
+    def answer(self, request: LlmRequest, deadline: Deadline | None) -> LlmResponse:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

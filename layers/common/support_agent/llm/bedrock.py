@@ -37,7 +37,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
-from support_agent.llm.base import LlmResponse, Seams
+from support_agent.llm.base import LlmRequest, LlmResponse, Seams
 from support_agent.llm.messages_api import encode_body, parse_response
 from support_agent.llm.retry import (
     MAX_RETRY_AFTER,
@@ -49,7 +49,7 @@ from support_agent.llm.retry import (
     refused,
 )
 from support_agent.llm.translate import bedrock_body
-from support_agent.messages import Deadline, Message
+from support_agent.messages import Deadline
 
 RETRYABLE_CODES = frozenset(
     {
@@ -122,12 +122,10 @@ class BedrockClient(RetryingClient):
                 )
             return self._client
 
-    def _request(
-        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
-    ) -> Attempt:
+    def _request(self, request: LlmRequest) -> Attempt:
         if not self.model_id:
             raise ModelRefused("Bedrock model id (BEDROCK_MODEL_ID) not configured")
-        body = encode_body(bedrock_body(self.max_tokens, system, messages, tools, tool_choice))
+        body = encode_body(bedrock_body(self.max_tokens, request))
         return lambda deadline: self._attempt(body, deadline)
 
     def _invoke(self, body: bytes) -> bytes:

@@ -1,46 +1,73 @@
 """What the two HTTP adapters (Anthropic, OpenAI-compatible) share: one JSON POST per attempt.
 
-An adapter names its URL and says how to read a 200 (`_parse`) and what any other status means
-(`_failure`: `Retryable`, `ModelUnavailable` or `ModelRefused`); timeouts and transport faults are
-handled here, the same for both.
+An adapter names its URL (`BASE_URL` + `PATH`), its request body (`_body`) and headers (`_headers`), how
+to read a 200 (`_parse`) and how to read its error body (`_error`); what an error status means is decided
+the same for both (llm/http_errors.py). Timeouts and transport faults are handled here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import httpx
 
-from support_agent.llm.base import LlmResponse
-from support_agent.llm.retry import Retryable, RetryingClient, RetryPolicy
+from support_agent.config import Settings
+from support_agent.llm.base import LlmRequest, LlmResponse, Seams
+from support_agent.llm.http_errors import ProviderError, failure
+from support_agent.llm.messages_api import encode_body
+from support_agent.llm.retry import Attempt, Retryable, RetryingClient, RetryPolicy
 from support_agent.messages import Deadline
-from support_agent.outbound import attempt_timeout, http_client
+from support_agent.outbound import http_client
+from support_agent.secrets import key_provider
 
 
-def http_timeout(policy: RetryPolicy, deadline: Deadline | None) -> httpx.Timeout:
-    """Per attempt, so one attempt never outlives the turn."""
-    return attempt_timeout(policy.connect_timeout, policy.read_timeout, deadline)
+class HttpOptions(TypedDict, total=False):
+    """The keywords every HTTP adapter takes (`HttpClient.__init__`); each adds its own option."""
+
+    api_key: Required[str | Callable[[], str]]
+    model: Required[str]
+    max_tokens: int
+    base_url: str
+    transport: httpx.BaseTransport | None
+    policy: RetryPolicy | None
+
+
+def http_options(
+    settings: Settings, policy: RetryPolicy, seams: Seams, secret: tuple[str, str], model: str, base_url: str
+) -> HttpOptions:
+    """An adapter's shared keywords from the settings; ``secret``: its API key, or the secret that holds it."""
+    key = key_provider(secret[0], secret[1], seams.secrets_client, settings.api_key_cache_seconds)
+    tokens, transport = settings.max_tokens, seams.transport
+    return HttpOptions(
+        api_key=key, model=model, max_tokens=tokens, base_url=base_url, transport=transport, policy=policy
+    )
 
 
 class HttpClient(RetryingClient):
     """`api_key` may be a callable, so a key kept in Secrets Manager is read on first use, not at import."""
 
+    BASE_URL = ""
+    PATH = ""
+    RETRYABLE_STATUS: frozenset[int] = frozenset()
+    SPENT = "model API spend limit reached"  # the 503's message when `ProviderError.spent`
+
     def __init__(
         self,
-        url: str,
+        *,
         api_key: str | Callable[[], str],
         model: str,
-        max_tokens: int,
-        transport: httpx.BaseTransport | None,
-        policy: RetryPolicy | None,
+        max_tokens: int = 1024,
+        base_url: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        policy: RetryPolicy | None = None,
     ) -> None:
         super().__init__(policy)
-        self.url = url
+        self.url = (self.BASE_URL if base_url is None else base_url).rstrip("/") + self.PATH
         self.model = model
         self.max_tokens = max_tokens
         self._api_key = api_key
-        self._http = http_client(url, transport)
+        self._http = http_client(self.url, transport)
 
     def _key(self) -> str:
         return self._api_key() if callable(self._api_key) else self._api_key
@@ -48,10 +75,16 @@ class HttpClient(RetryingClient):
     def close(self) -> None:
         self._http.close()
 
+    def _request(self, request: LlmRequest) -> Attempt:
+        key = self._key()
+        headers = self._headers(key)  # a configuration fault raises here, before any attempt
+        content = encode_body(self._body(request))
+        return lambda deadline: self._post(content, headers, key, deadline)
+
     def _post(self, content: bytes, headers: dict[str, str], key: str, deadline: Deadline | None) -> LlmResponse:
         """One attempt; `key` is only passed on so `_failure` can scrub it from what it logs."""
         try:
-            r = self._http.post(self.url, content=content, headers=headers, timeout=http_timeout(self.policy, deadline))
+            r = self._http.post(self.url, content=content, headers=headers, timeout=self.policy.timeout(deadline))
         except httpx.TransportError as exc:
             raise Retryable(type(exc).__name__) from None
         if r.status_code != 200:
@@ -61,8 +94,17 @@ class HttpClient(RetryingClient):
         except ValueError as exc:  # in practice a proxy or gateway fault, not our request
             raise Retryable(f"malformed response: {exc}") from None
 
+    def _failure(self, r: httpx.Response, key: str) -> Exception:
+        return failure(r, self._error(r), key, self.RETRYABLE_STATUS, self.SPENT)
+
+    def _headers(self, key: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _body(self, request: LlmRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
     def _parse(self, data: Any) -> LlmResponse:
         raise NotImplementedError
 
-    def _failure(self, r: httpx.Response, key: str) -> Exception:
+    def _error(self, r: httpx.Response) -> ProviderError:
         raise NotImplementedError

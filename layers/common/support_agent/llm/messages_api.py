@@ -12,22 +12,15 @@ import copy
 import json
 from typing import Any
 
-from support_agent.llm.base import LlmResponse
+from support_agent.llm.base import LlmRequest, LlmResponse
 from support_agent.messages import Message, Usage
 
 EPHEMERAL = {"type": "ephemeral"}
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 
 
-def build_body(
-    model: str,
-    max_tokens: int,
-    system: str,
-    messages: list[Message],
-    tools: list[dict[str, Any]],
-    tool_choice: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """The request body, with cache breakpoints on copies; the arguments are left untouched.
+def build_body(model: str, max_tokens: int, request: LlmRequest) -> dict[str, Any]:
+    """The request body, with cache breakpoints on copies; the request is left untouched.
 
     Any `cache_control` already on top-level blocks or tools is dropped from the copies so a request
     never exceeds the API's four breakpoints. `tool_choice` is only sent along with tools.
@@ -37,13 +30,13 @@ def build_body(
     prefix of the next request's (tests/unit/test_prompt_cache.py).
     """
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
-    if tools:
-        body["tools"] = [_without_cache(t) for t in tools]
+    if request.tools:
+        body["tools"] = [_without_cache(t) for t in request.tools]
         body["tools"][-1]["cache_control"] = dict(EPHEMERAL)
-    body["system"] = [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}]
-    if tools and tool_choice is not None:
-        body["tool_choice"] = copy.deepcopy(tool_choice)
-    body["messages"] = [_copy_message(m) for m in messages]
+    body["system"] = [{"type": "text", "text": request.system, "cache_control": dict(EPHEMERAL)}]
+    if request.tools and request.tool_choice is not None:
+        body["tool_choice"] = copy.deepcopy(request.tool_choice)
+    body["messages"] = [_copy_message(m) for m in request.messages]
     if body["messages"]:
         _mark_last_block(body["messages"][-1])
     return body

@@ -21,29 +21,16 @@ for local servers that need none.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import httpx
 
 from support_agent.config import Settings
-from support_agent.errors import ModelUnavailable
-from support_agent.llm.base import LlmResponse, Seams
-from support_agent.llm.http_client import HttpClient
-from support_agent.llm.messages_api import encode_body
-from support_agent.llm.retry import (
-    SPEND_LIMIT,
-    SPEND_LIMIT_RETRY_AFTER,
-    Attempt,
-    Retryable,
-    RetryPolicy,
-    error_type,
-    refused,
-    retry_after_header,
-)
+from support_agent.llm.base import LlmRequest, LlmResponse, Seams
+from support_agent.llm.http_client import HttpClient, HttpOptions, http_options
+from support_agent.llm.http_errors import ProviderError
+from support_agent.llm.retry import SPEND_LIMIT, RetryPolicy, error_type
 from support_agent.llm.translate import openai_request, parse_openai_response
-from support_agent.messages import Message
-from support_agent.secrets import key_provider
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
@@ -57,68 +44,40 @@ class OpenAIClient(HttpClient):
     "max_completion_tokens".
     """
 
-    def __init__(
-        self,
-        *,
-        api_key: str | Callable[[], str],
-        model: str,
-        max_tokens: int = 1024,
-        base_url: str = "https://api.openai.com/v1",
-        max_tokens_param: MaxTokensParam = "max_tokens",
-        transport: httpx.BaseTransport | None = None,
-        policy: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(base_url.rstrip("/") + "/chat/completions", api_key, model, max_tokens, transport, policy)
+    BASE_URL = "https://api.openai.com/v1"
+    PATH = "/chat/completions"
+    RETRYABLE_STATUS = RETRYABLE_STATUS
+    SPENT = "model API quota or spend limit reached"
+
+    def __init__(self, *, max_tokens_param: MaxTokensParam = "max_tokens", **options: Unpack[HttpOptions]) -> None:
+        super().__init__(**options)
         self.max_tokens_param = max_tokens_param
 
     @classmethod
     def from_settings(cls, settings: Settings, policy: RetryPolicy, seams: Seams) -> OpenAIClient:
-        return cls(
-            api_key=key_provider(
-                settings.openai_api_key,
-                settings.openai_api_key_secret_arn,
-                seams.secrets_client,
-                settings.api_key_cache_seconds,
-            ),
-            model=settings.openai_model or settings.model_id,
-            max_tokens=settings.max_tokens,
-            base_url=settings.openai_base_url,
-            max_tokens_param=settings.openai_max_tokens_param,
-            transport=seams.transport,
-            policy=policy,
-        )
+        secret = (settings.openai_api_key, settings.openai_api_key_secret_arn)
+        model = settings.openai_model or settings.model_id
+        options = http_options(settings, policy, seams, secret, model, settings.openai_base_url)
+        return cls(max_tokens_param=settings.openai_max_tokens_param, **options)
 
-    def _request(
-        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
-    ) -> Attempt:
-        key = self._key()
-        body = openai_request(
-            self.model, self.max_tokens, system, messages, tools, tool_choice, max_tokens_param=self.max_tokens_param
-        )
-        content = encode_body(body)
+    def _headers(self, key: str) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if key:
             headers["authorization"] = f"Bearer {key}"
-        return lambda deadline: self._post(content, headers, key, deadline)
+        return headers
+
+    def _body(self, request: LlmRequest) -> dict[str, Any]:
+        return openai_request(self.model, self.max_tokens, request, max_tokens_param=self.max_tokens_param)
 
     def _parse(self, data: Any) -> LlmResponse:
         return parse_openai_response(data)
 
-    def _failure(self, r: httpx.Response, key: str) -> Exception:
-        err_type, err_code, err_message = _error_of(r)
-        reason = f"HTTP {r.status_code} {error_type(err_code) or error_type(err_type)}".rstrip()
-        if 400 <= r.status_code < 500 and (
-            err_code in QUOTA_CODES
-            or err_type in QUOTA_CODES
-            or r.status_code == 402
-            or SPEND_LIMIT.search(err_message)
-        ):
-            return ModelUnavailable(
-                f"model API quota or spend limit reached ({reason})", retry_after=SPEND_LIMIT_RETRY_AFTER
-            )
-        if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
-            return Retryable(reason, retry_after_header(r.headers))
-        return refused(reason, err_message, key)
+    def _error(self, r: httpx.Response) -> ProviderError:
+        """An OpenAI error body (`{"error": {...}}`): its code, else its type; out of quota or credit is spent."""
+        type_, code, message = _error_of(r)
+        quota = code in QUOTA_CODES or type_ in QUOTA_CODES or r.status_code == 402
+        spent = quota or SPEND_LIMIT.search(message) is not None
+        return ProviderError(code if error_type(code) else type_, message, spent)
 
 
 def _error_of(r: httpx.Response) -> tuple[str, str, str]:

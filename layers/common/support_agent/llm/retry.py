@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import logging
 import math
-import random as _random
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
-from support_agent.llm.base import LlmResponse
+from support_agent.llm.base import LlmClient, LlmRequest, LlmResponse
 from support_agent.llm.breaker import CircuitBreaker
-from support_agent.messages import Deadline, Message
-from support_agent.outbound import full_jitter
+from support_agent.messages import Deadline
+from support_agent.outbound import AttemptPolicy
 
 log = logging.getLogger(__name__)
 
-BACKOFF_BASE = 0.5
-BACKOFF_CAP = 8.0
 DEFAULT_RETRY_AFTER = 5
 MAX_RETRY_AFTER = 60
 SPEND_LIMIT_RETRY_AFTER = 3600
@@ -42,21 +37,14 @@ SPEND_LIMIT = re.compile(r"spend|billing|credit|usage limit", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(AttemptPolicy):
     """How every adapter retries and times out: one object, given to each, built once from settings.
 
-    `breaker` is shared state on purpose (one per process: `wiring`); `sleep` and `random` are here so
-    tests never wait and see the same jitter.
+    `breaker` is shared state on purpose (one per process: `wiring`); the numbers are `AttemptPolicy`'s
+    defaults: 3 retries, 3 s to connect, 25 s to read, waits from 0.5 s doubling up to 8 s.
     """
 
-    max_retries: int = 3
-    connect_timeout: float = 3.0
-    read_timeout: float = 25.0
-    backoff_base: float = BACKOFF_BASE
-    backoff_cap: float = BACKOFF_CAP
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
-    sleep: Callable[[float], None] = time.sleep
-    random: Callable[[], float] = _random.random
 
     @classmethod
     def from_settings(cls, settings: Settings, breaker: CircuitBreaker | None = None) -> RetryPolicy:
@@ -66,9 +54,6 @@ class RetryPolicy:
             read_timeout=settings.llm_read_timeout,
             breaker=breaker or CircuitBreaker(settings.breaker_failure_threshold, settings.breaker_cooldown_seconds),
         )
-
-    def backoff(self, retry: int) -> float:
-        return full_jitter(self.random, retry, self.backoff_base, self.backoff_cap)
 
 
 _ERROR_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
@@ -179,8 +164,8 @@ def call_with_retries(
 Attempt = Callable[[Deadline | None], LlmResponse]
 
 
-class RetryingClient:
-    """What every model adapter shares: `create` runs the adapter's request under its `RetryPolicy`.
+class RetryingClient(LlmClient):
+    """What every model adapter shares: each request is answered under the adapter's `RetryPolicy`.
 
     An adapter only builds its request (`_request`, once per call; a configuration fault raises there,
     before the breaker is asked) and says what one attempt does with the time left.
@@ -189,19 +174,9 @@ class RetryingClient:
     def __init__(self, policy: RetryPolicy | None) -> None:
         self.policy = policy if policy is not None else RetryPolicy()
 
-    def create(
-        self,
-        system: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        tool_choice: dict[str, Any] | None = None,
-        *,
-        deadline: Deadline | None = None,
-    ) -> LlmResponse:
-        attempt = self._request(system, messages, tools, tool_choice)
+    def answer(self, request: LlmRequest, deadline: Deadline | None) -> LlmResponse:
+        attempt = self._request(request)
         return call_with_retries(lambda: attempt(deadline), deadline, self.policy)
 
-    def _request(
-        self, system: str, messages: list[Message], tools: list[dict[str, Any]], tool_choice: dict[str, Any] | None
-    ) -> Attempt:
+    def _request(self, request: LlmRequest) -> Attempt:
         raise NotImplementedError

@@ -41,7 +41,7 @@ import json
 import re
 from typing import Any
 
-from support_agent.llm.base import LlmResponse
+from support_agent.llm.base import LlmRequest, LlmResponse
 from support_agent.llm.messages_api import build_body
 from support_agent.messages import Block, Message, Usage
 
@@ -162,19 +162,14 @@ def openai_messages(system: str, messages: list[Message]) -> list[dict[str, Any]
 
 
 def openai_request(
-    model: str,
-    max_tokens: int,
-    system: str,
-    messages: list[Message],
-    tools: list[dict[str, Any]],
-    tool_choice: dict[str, Any] | None,
-    *,
-    max_tokens_param: str = "max_tokens",
+    model: str, max_tokens: int, request: LlmRequest, *, max_tokens_param: str = "max_tokens"
 ) -> dict[str, Any]:
     """The request body; `tool_choice` (and `parallel_tool_calls`) only go along with tools."""
-    body: dict[str, Any] = {"model": model, max_tokens_param: max_tokens, "messages": openai_messages(system, messages)}
-    if tools:
-        body["tools"] = openai_tools(tools)
+    messages = openai_messages(request.system, request.messages)
+    body: dict[str, Any] = {"model": model, max_tokens_param: max_tokens, "messages": messages}
+    tool_choice = request.tool_choice
+    if request.tools:
+        body["tools"] = openai_tools(request.tools)
         choice = openai_tool_choice(tool_choice)
         if choice is not None:
             body["tool_choice"] = choice
@@ -290,14 +285,8 @@ def parse_openai_response(data: Any) -> LlmResponse:
 # -- canonical → Bedrock InvokeModel -------------------------------------------------------------
 
 
-def bedrock_body(
-    max_tokens: int,
-    system: str,
-    messages: list[Message],
-    tools: list[dict[str, Any]],
-    tool_choice: dict[str, Any] | None,
-) -> dict[str, Any]:
+def bedrock_body(max_tokens: int, request: LlmRequest) -> dict[str, Any]:
     """The Messages body Bedrock expects: `anthropic_version` in the body, no `model` field."""
-    body = build_body("", max_tokens, system, messages, tools, tool_choice)
+    body = build_body("", max_tokens, request)
     del body["model"]
     return {"anthropic_version": BEDROCK_ANTHROPIC_VERSION, **body}

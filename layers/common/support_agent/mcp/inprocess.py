@@ -80,7 +80,7 @@ class InProcessMcpTools:
         outcome = meta.get(OUTCOME_META_KEY)
         if not isinstance(outcome, str):
             outcome = "error" if result.is_error else "ok"
-        return ToolOutcome(payload, bool(result.is_error), outcome)
+        return ToolOutcome(payload, bool(result.is_error), outcome, call.streams)
 
     def recorded(self, name: str, ctx: ToolContext) -> ToolOutcome | None:
         return self._registry.recorded(name, ctx)

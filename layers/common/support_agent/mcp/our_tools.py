@@ -35,12 +35,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from support_agent.audit.chain import Head
 from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.ids import ulid
-from support_agent.refunds.keys import MCP_SCOPE, direct_refund_key, mcp_refund_key
+from support_agent.refunds.keys import MCP_SCOPE, mcp_refund_key
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain, head_condition, head_set
+from support_agent.store.audited_write import AuditedWrite
 from support_agent.store.dynamo import error_code, from_item, is_conditional_failure, to_item, to_values
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
@@ -196,15 +197,9 @@ def _audit(
     ctx: ToolContext | None,
     client: str,
 ) -> None:
-    """The call's row on ``mcp#<customer_id>``; it names the streams its effect wrote (as the chat's rows do), so
-    the trail follows them."""
+    """The call's row on ``mcp#<customer_id>``; it names the streams its effect wrote (the outcome says which, as
+    the chat's rows do), so the trail follows them."""
     assert principal.customer_id is not None
-    result = outcome.result if isinstance(outcome.result, dict) else {}
-    approval_id = result.get("approval_id") if isinstance(result.get("approval_id"), str) else None
-    handoff_id = result.get("handoff_id") if isinstance(result.get("handoff_id"), str) else None
-    refund_key = approval_id
-    if ctx is not None and name == "request_refund" and approval_id is None and "order_id" in result:
-        refund_key = direct_refund_key(ctx.conversation_id, ctx.seq, ctx.tool_use_id)
     record = AuditRecord(
         stream=stream_of(principal.customer_id),
         action="tool_call",
@@ -217,9 +212,9 @@ def _audit(
         output=outcome.result,
         request_id=ctx.request_id if ctx is not None else None,
         tool_use_id=ctx.tool_use_id if ctx is not None else None,
-        approval_id=approval_id,
-        handoff_id=handoff_id,
-        refund_key=refund_key,
+        approval_id=outcome.streams.approval_id,
+        handoff_id=outcome.streams.handoff_id,
+        refund_key=outcome.streams.refund_key,
         origin=ORIGIN,
         client=client,
     )
@@ -229,32 +224,18 @@ def _audit(
 def append_audit(services: McpServices, customer_id: int, record: AuditRecord) -> None:
     """``record`` chained onto the stream's head, the head advanced in the same transaction conditioned on the
     head read; re-read and chained again while another call of the customer moves it."""
-    key = to_item({"conversation_id": stream_of(customer_id), "seq": 0})
+    key = {"conversation_id": stream_of(customer_id), "seq": 0}
     for _ in range(AUDIT_RETRIES):
         out = services.ddb.get_item(
             TableName=services.conversations_table,
-            Key=key,
+            Key=to_item(key),
             ConsistentRead=True,
             ProjectionExpression="audit_n, audit_hash, audit_event",
         )
         read = Head.of(from_item(out["Item"]) if out.get("Item") else None)
-        (row,), head = chain(read, [record])
-        (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
+        items = AuditedWrite.of(services.audit_table, read, [record]).update(services.conversations_table, key, [])
         try:
-            services.ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": services.conversations_table,
-                            "Key": key,
-                            "UpdateExpression": f"SET {head_sets}",
-                            "ConditionExpression": head_if,
-                            "ExpressionAttributeValues": to_values({**head_values, **head_new}),
-                        }
-                    },
-                    row.put(services.audit_table),
-                ]
-            )
+            services.ddb.transact_write_items(TransactItems=items)
             return
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":

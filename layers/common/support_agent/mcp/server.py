@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp.types as types
@@ -30,6 +30,7 @@ from mcp.server.lowlevel import Server
 
 from support_agent.auth import Principal
 from support_agent.mcp.our_tools import IDEMPOTENCY_META_KEY, McpServices, call_tool, tool_definitions
+from support_agent.store.audit import Streams
 from support_agent.tools.registry import ToolContext
 
 SERVER_NAME = "support-agent"
@@ -45,10 +46,12 @@ OUTCOME_META_KEY = "support-agent/outcome"
 
 @dataclass
 class InProcessCall:
-    """One in-process request (mcp/inprocess.py): a call's context in (None: listing), a tool's exception out."""
+    """One in-process request (mcp/inprocess.py): a call's context in (None: listing); out, a tool's exception,
+    or the audit streams its effect wrote (the loop's row names them; nothing on the wire carries them)."""
 
     ctx: ToolContext | None
     error: BaseException | None = None
+    streams: Streams = field(default_factory=Streams)
 
 
 IN_PROCESS: ContextVar[InProcessCall | None] = ContextVar("support_agent_mcp_in_process", default=None)
@@ -145,4 +148,5 @@ def _in_process(registry: Any, params: types.CallToolRequestParams, call: InProc
         # no cancellation can arrive in here, so nothing of anyio's is swallowed
         call.error = exc
         return _text_result({"error": "the tool failed"}, True, "error")
+    call.streams = outcome.streams
     return _text_result(outcome.result, outcome.is_error, outcome.outcome)

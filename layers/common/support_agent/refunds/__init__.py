@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from support_agent.refunds.decide import OrderNotFound as OrderNotFound
     from support_agent.refunds.decide import RefundDesk as RefundDesk
     from support_agent.refunds.decide import RefundRefused as RefundRefused
+    from support_agent.refunds.decide import streams_of as streams_of
     from support_agent.refunds.ledger import RefundLedger as RefundLedger
     from support_agent.refunds.provider.factory import lazy_provider as lazy_provider
     from support_agent.refunds.provider.port import PaymentProvider as PaymentProvider
@@ -55,6 +56,7 @@ _PUBLIC = {
     "OrderNotFound": "decide",
     "RefundDesk": "decide",
     "RefundRefused": "decide",
+    "streams_of": "decide",
     "RefundLedger": "ledger",
     "lazy_provider": "provider.factory",
     "PaymentProvider": "provider.port",

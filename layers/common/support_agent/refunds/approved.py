@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from support_agent.audit.chain import Head
 from support_agent.refunds.keys import approved_refund_sk
 from support_agent.refunds.ledger_row import UNSETTLED_INDEX_KEY, LedgerRace, LedgerRow, ReservationMissing
-from support_agent.refunds.ledger_table import Chained, LedgerTable, chained
-from support_agent.store.approvals import Approval, decided_note
+from support_agent.refunds.ledger_table import LedgerTable
+from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head
+from support_agent.store.audited_write import AuditedWrite
 from support_agent.store.customer_data import order_key
 from support_agent.store.dynamo import CONDITION_FAILED, cancellation_as, to_values
 
@@ -29,29 +30,27 @@ class ApprovedWrites(LedgerTable):
         """
         current = self.get(approval.customer_id, approved_refund_sk(approval.approval_id))
         row = self._approved_row(approval, provider, current)
-        link = chained(
-            Head() if current is None else current.audit_head,
-            AuditRecord(
-                stream=row.audit_stream,
-                action="refund_started",
-                actor=actor,
-                outcome="SETTLING",
-                customer_id=row.customer_id,
-                created_at=now,
-                output={**self._money(row), "attempt_key": row.attempt_key, "provider": provider},
-                conversation_id=row.conversation_id or None,
-                approval_id=row.approval_id,
-                refund_key=row.refund_key,
-            ),
+        started = AuditRecord(
+            stream=row.audit_stream,
+            action="refund_started",
+            actor=actor,
+            outcome="SETTLING",
+            customer_id=row.customer_id,
+            created_at=now,
+            output={**self._money(row), "attempt_key": row.attempt_key, "provider": provider},
+            conversation_id=row.conversation_id or None,
+            approval_id=row.approval_id,
+            refund_key=row.refund_key,
         )
+        write = AuditedWrite.of(self._audit, Head() if current is None else current.audit_head, [started])
         if current is None:
-            ledger_item = self.new_row_item(self._customers, row, now, link.head.attributes())
+            ledger_items = write.put(self._customers, self.new_row(row, now), "sk")
         elif current.status == "FAILED":
-            ledger_item = self._restart(row, current, link, now)
+            ledger_items = self._restart(write, row, current, now)
         else:
             raise LedgerRace(f"refund {row.sk} is {current.status}")
         items = [
-            self._approval_update(
+            *self._approval_move(
                 row.approval_id,
                 "APPROVED",
                 "SETTLING",
@@ -59,8 +58,7 @@ class ApprovedWrites(LedgerTable):
                 {"refund_provider": provider, "refund_status": "REQUESTED"},
                 remove="refund_id",  # a lead's retry: the failed attempt's id is not this one's
             ),
-            ledger_item,
-            link.record.put(self._audit),
+            *ledger_items,  # the row, then its audit row
             {
                 "ConditionCheck": {
                     "TableName": self._customers,
@@ -78,7 +76,7 @@ class ApprovedWrites(LedgerTable):
 
         with cancellation_as(cancelled):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        return replace(row, extra=link.head.attributes())
+        return replace(row, extra=write.head.attributes())
 
     def _approved_row(self, approval: Approval, provider: str, current: LedgerRow | None) -> LedgerRow:
         """The REQUESTED row of the approval's next attempt (1, or ``n + 1`` after a FAILED one)."""
@@ -98,14 +96,20 @@ class ApprovedWrites(LedgerTable):
             approval_id=approval.approval_id,
         )
 
-    def _restart(self, row: LedgerRow, failed: LedgerRow, link: Chained, now: str) -> dict[str, Any]:
+    def _restart(self, write: AuditedWrite, row: LedgerRow, failed: LedgerRow, now: str) -> list[dict[str, Any]]:
         """A FAILED row back to REQUESTED at ``row``'s attempt, the failed attempt's answer removed."""
-        return self._row_update(
+        return self._row_write(
+            write,
             row,
-            "SET #st = :requested, attempt = :n, attempt_started_at = :now, "
-            f"updated_at = :now, provider = :provider, unsettled = :unsettled, {link.sets} "
-            "REMOVE refund_id, failure_code, provider_status",
-            f"#st = :failed AND attempt = :prev AND {link.condition}",
+            [
+                "#st = :requested",
+                "attempt = :n",
+                "attempt_started_at = :now",
+                "updated_at = :now",
+                "provider = :provider",
+                "unsettled = :unsettled",
+            ],
+            "#st = :failed AND attempt = :prev",
             {
                 ":requested": "REQUESTED",
                 ":failed": "FAILED",
@@ -114,8 +118,8 @@ class ApprovedWrites(LedgerTable):
                 ":now": now,
                 ":provider": row.provider,
                 ":unsettled": UNSETTLED_INDEX_KEY,
-                **link.values,
             },
+            then="REMOVE refund_id, failure_code, provider_status",
         )
 
     def fail_unstarted(self, approval: Approval, now: str, actor: str, code: str, request_id: str = "") -> None:
@@ -124,39 +128,15 @@ class ApprovedWrites(LedgerTable):
         The reservation stays as the order has it, for the lead to put right and retry, or release.
         `LedgerRace` when the approval is no longer APPROVED.
         """
-        approval_id = approval.approval_id
-        record = AuditRecord(
-            stream=f"approval#{approval_id}",
-            action="refund_failed",
-            actor=actor,
-            outcome="FAILED",
-            customer_id=approval.customer_id,
-            created_at=now,
-            output={
-                "order_id": approval.order_id,
-                "amount_cents": approval.amount_cents,
-                "currency": approval.currency,
-                "failure_code": code,
-            },
-            conversation_id=approval.conversation_id or None,
-            approval_id=approval_id,
-            request_id=request_id or None,
-        )
-        read = approval.head  # the approval's stream: the approval item holds its head
-        link = chained(read, record)
-        update = self._approval_update(
-            approval_id,
+        output = {**self._money(approval), "failure_code": code}
+        failed = approval.audit_row("refund_failed", actor, "FAILED", now, output, request_id=request_id or None)
+        items = self._approval_move(  # on the approval's own stream: the approval item holds its head
+            approval.approval_id,
             "APPROVED",
             "FAILED",
             now,
             {"failed_at": now, "failure_error": code},
-            audit=(read, link.head),
+            write=AuditedWrite.of(self._audit, approval.head, [failed]),
         )
-        items = [update, link.record.put(self._audit)]
-        note = None
-        if self._notes is not None:
-            note = decided_note(
-                approval.conversation_id, approval_id, approval.order_id, approval.amount_cents, "FAILED", now
-            )
-        with cancellation_as(lambda codes: LedgerRace(f"approval {approval_id} changed")):
-            self._transact(items, note)
+        with cancellation_as(lambda codes: LedgerRace(f"approval {approval.approval_id} changed")):
+            self._notes.transact(items, approval.decided_note("FAILED", now))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +33,7 @@ from support_agent.refunds.keys import direct_refund_key, request_sk
 from support_agent.refunds.ledger_row import UNSETTLED, LedgerRow
 from support_agent.refunds.requests import HeldExists, RefundRace, RefundRequest, RefundWriter
 from support_agent.refunds.settle import RefundSettler
+from support_agent.store.audit import Streams
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore, Order
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,17 @@ def direct_answer(row: LedgerRow) -> dict[str, Any]:
         **money,
         "message": "The refund has been sent to the payment provider and will complete shortly.",
     }
+
+
+def streams_of(answer: Mapping[str, Any], call: RefundCall) -> Streams:
+    """The audit streams a request's answer (new or recorded) says it wrote, for the call's own row: an approval's
+    (its id is its refund key too), or a direct refund's key (an answer naming its order); none for a refusal."""
+    approval_id = answer.get("approval_id")
+    if isinstance(approval_id, str):
+        return Streams(approval_id=approval_id, refund_key=approval_id)
+    if "order_id" in answer:
+        return Streams(refund_key=direct_refund_key(call.conversation_id, call.seq, call.tool_use_id))
+    return Streams()
 
 
 @dataclass(frozen=True)

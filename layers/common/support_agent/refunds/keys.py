@@ -91,13 +91,13 @@ def parse(refund_key: str) -> RefundKey | None:
     if APPROVAL_ID.match(refund_key):
         return RefundKey("approved", refund_key, approval_id=refund_key)
     parts = refund_key.split(":")
-    if len(parts) != 3 or not _SEQ.fullmatch(parts[1]) or not _CALL_ID.fullmatch(parts[2]):
+    if len(parts) != 3 or not _CALL_ID.fullmatch(parts[2]):
         return None
-    scope, seq, call_id = parts[0], int(parts[1]), parts[2]
-    if scope == MCP_SCOPE:
-        return RefundKey("mcp", refund_key, scope, seq, call_id) if _CUSTOMER.fullmatch(parts[1]) else None
-    if CONVERSATION_ID.match(scope):
-        return RefundKey("direct", refund_key, scope, seq, call_id)
+    scope, number, call_id = parts
+    if scope == MCP_SCOPE:  # the number is the customer id (any the JWT may carry), not a message's seq
+        return RefundKey("mcp", refund_key, scope, int(number), call_id) if _CUSTOMER.fullmatch(number) else None
+    if CONVERSATION_ID.match(scope) and _SEQ.fullmatch(number):
+        return RefundKey("direct", refund_key, scope, int(number), call_id)
     return None
 
 

@@ -22,7 +22,7 @@ confirmed no refund exists, so the new key cannot make a second refund).
 A change that settles a refund is announced in its conversation's event feed (store/notifications.py), in
 the same transaction, so only the writer whose change landed announces it: an approval reaching REFUNDED or
 FAILED always (``approval.decided``, when a conversation owns it); a direct refund's settlement only when the
-caller says so (``announce``: the webhook and the payment sweep, ``refund.settled``), never the chat's own
+caller says so (`By.announce`: the webhook and the payment sweep, ``refund.settled``), never the chat's own
 call, whose tool result already says it.
 
 Where each part lives: the row, its states and the ledger's errors in ledger_row.py; the tables and the parts

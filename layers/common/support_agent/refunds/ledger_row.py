@@ -6,12 +6,13 @@ settlements.py), which this module knows nothing of.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
+from support_agent.audit.chain import Head
 from support_agent.refunds.keys import attempt_key
 from support_agent.refunds.vocabulary import LedgerStatus
-from support_agent.store.audit_chain import Head
 from support_agent.store.records import Record, optional
 
 UNSETTLED: tuple[LedgerStatus, ...] = ("REQUESTED", "SETTLING")
@@ -26,7 +27,7 @@ Kind = Literal["direct", "approved"]
 @dataclass(frozen=True, kw_only=True)
 class LedgerRow(Record):
     """A ledger row, every attribute the ledger reads; the rest (timestamps, the index keys, the audit head)
-    stay in ``extra``. `LedgerTable.new_row_item` writes a new one from `Record.item`."""
+    stay in ``extra``. `LedgerTable.new_row` writes a new one from `Record.item`."""
 
     KIND: ClassVar[str] = "ledger row"
 
@@ -86,12 +87,25 @@ class Outcome:
     unknown: bool = False  # True: no answer (timeout, 5xx, unavailable); repeat the same attempt later
 
 
+@dataclass(frozen=True)
+class By:
+    """Who records a provider's word on a row, and what comes with it: the audit row's ``actor`` and
+    ``request_id``; ``extra_items``, the writer's own conditional writes in the same transaction (a webhook's
+    dedupe item: `Duplicate` when one of them fails); ``announce``, a direct refund's settlement told in its
+    conversation's feed (an approved one's always is: ledger.py's docstring)."""
+
+    actor: str
+    request_id: str = ""
+    extra_items: Sequence[dict[str, Any]] = ()
+    announce: bool = False
+
+
 class LedgerRace(Exception):
     """The row, the order or the approval was not in the state the write needs; re-read and decide."""
 
 
 class Duplicate(LedgerRace):
-    """A caller's extra item already exists (`record`/`fail_late` ``extra_items``): this change was applied."""
+    """A writer's extra item already exists (`By.extra_items`): this change was applied."""
 
 
 class ReservationMissing(LedgerRace):

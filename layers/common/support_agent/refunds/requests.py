@@ -16,12 +16,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from support_agent.audit.chain import Head
 from support_agent.errors import LeaseLost
 from support_agent.refunds.ledger_row import LedgerRow
 from support_agent.refunds.ledger_table import LedgerTable
 from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain, head_after
+from support_agent.store.audited_write import AuditedWrite
 from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
 from support_agent.store.dynamo import (
     CONDITION_FAILED,
@@ -33,6 +34,8 @@ from support_agent.store.dynamo import (
     to_item,
     to_values,
 )
+
+_RESERVE = "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a"
 
 
 def held_sk(order_id: int, amount_cents: int) -> str:
@@ -103,13 +106,12 @@ class RefundWriter:
         }
         return put_new(self._customers, row, "sk")
 
-    def _audit_row(
+    def _first_row(
         self, r: RefundRequest, stream: str, refund_key: str, action: str, outcome: str, result: dict[str, Any]
-    ) -> AuditRecord:
-        """The first row of a new stream (the refund key's, or the approval's), chained from an empty head:
-        its owner item is written in the same transaction, holding the new head."""
-        (row,), _ = chain(Head(), [self._record(r, stream, refund_key, action, outcome, result)])
-        return row
+    ) -> AuditedWrite:
+        """The first row of a new stream (the refund key's, or the approval's), chained from an empty head: its
+        owner item is written in the same transaction, holding the new head (`AuditedWrite.put`)."""
+        return AuditedWrite.of(self._audit, Head(), [self._record(r, stream, refund_key, action, outcome, result)])
 
     def _record(
         self, r: RefundRequest, stream: str, refund_key: str, action: str, outcome: str, result: dict[str, Any]
@@ -173,28 +175,22 @@ class RefundWriter:
         refund key's stream (``refund#<key>``), whose head the ledger row holds.
         """
         need = max(r.amount_cents, r.total_cents - threshold_cents + r.amount_cents)
-        audit = self._audit_row(
+        write = self._first_row(
             r,
-            f"refund#{row.refund_key}",
+            row.audit_stream,
             row.refund_key,
             "refund",
             "REQUESTED",
             {"status": "REFUND_IN_PROGRESS", "attempt_key": row.attempt_key},
         )
-        head = head_after(Head(), [audit]).attributes()
         self._transact(
             [
-                LedgerTable.new_row_item(self._customers, row, r.now, {"reason": r.reason, **head}),
-                self._order_update(
-                    r,
-                    "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
-                    need,
-                ),
-                audit.put(self._audit),
+                *write.put(self._customers, LedgerTable.new_row(row, r.now, {"reason": r.reason}), "sk"),  # first
+                self._order_update(r, _RESERVE, need),
             ],
             r.fence,
         )
-        return replace(row, extra={**row.extra, **head})
+        return replace(row, extra={**row.extra, **write.head.attributes()})
 
     def held(self, customer_id: int, order_id: int, amount_cents: int) -> tuple[dict[str, Any] | None, str | None]:
         """The pending held request identical to this one: (its answer, None); or (None, the approval id of a
@@ -235,10 +231,9 @@ class RefundWriter:
         (`held_sk`), conditioned on no identical request pending (or on it still being the stale one
         ``replaces`` names), so two concurrent identical calls make one approval; `HeldExists` names the
         other. The approval carries ``dedupe_sk``: its decision releases the item (store/approvals.py)."""
-        audit = self._audit_row(
+        write = self._first_row(
             r, f"approval#{approval_id}", approval_id, "refund_requested", "PENDING_APPROVAL", result
         )
-        head = head_after(Head(), [audit])
         approval = Approval(
             approval_id=approval_id,
             status="PENDING",
@@ -254,19 +249,11 @@ class RefundWriter:
             payment_intent=r.payment_intent or None,
             requested_by=r.actor,
             created_at=r.now,
-            audit_n=head.n,
-            audit_hash=head.hash,
-            audit_event=head.event_id,
         )
         items = [
-            self._request_row(r, "approval", "PENDING_APPROVAL", result),
-            self._order_update(
-                r,
-                "SET available_cents = available_cents - :a, reserved_cents = reserved_cents + :a",
-                r.amount_cents,
-            ),
-            put_new(self._approvals, approval.item(), "approval_id"),
-            audit.put(self._audit),
+            self._request_row(r, "approval", "PENDING_APPROVAL", result),  # first: its condition says "exists"
+            self._order_update(r, _RESERVE, r.amount_cents),
+            *write.put(self._approvals, approval.item(), "approval_id"),
         ]
         if not held:
             self._transact(items, r.fence)

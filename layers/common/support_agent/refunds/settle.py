@@ -19,14 +19,13 @@ by the same rule (docs/PAYMENTS.md):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from support_agent.messages import Deadline
 from support_agent.refunds.ledger import RefundLedger
-from support_agent.refunds.ledger_row import LedgerRace, LedgerRow, Outcome
+from support_agent.refunds.ledger_row import By, LedgerRace, LedgerRow, Outcome
 from support_agent.refunds.provider.port import (
     OutcomeUnknown,
     PaymentError,
@@ -34,6 +33,7 @@ from support_agent.refunds.provider.port import (
     ProviderRefund,
     ProviderRefused,
     ProviderUnavailable,
+    RefundAttempt,
 )
 
 logger = logging.getLogger(__name__)
@@ -87,27 +87,18 @@ class RefundSettler:
                 assert current is not None
                 row = current
                 continue
-            recorded = self.ledger.record(row, outcome, self.now(), actor, request_id, announce=announce)
+            recorded = self.ledger.record(row, outcome, self.now(), By(actor, request_id, announce=announce))
             return Settled(recorded, outcome)
         return Settled(row, Outcome(row.status, row.refund_id, failure_code=row.failure_code, unknown=not row.settled))
 
-    def apply(
-        self,
-        row: LedgerRow,
-        refund: ProviderRefund,
-        *,
-        actor: str,
-        request_id: str = "",
-        extra_items: Sequence[dict[str, Any]] = (),
-        announce: bool = False,
-    ) -> LedgerRow:
+    def apply(self, row: LedgerRow, refund: ProviderRefund, by: By) -> LedgerRow:
         """What the provider says of ``row``'s refund, learned without asking (a webhook, a sweep's read).
 
         Never backwards: an unsettled row takes the refund's status (``failed``/``canceled`` -> FAILED);
         a SUCCEEDED row moves only to FAILED, when this very refund failed late; anything else (a FAILED
         row, an earlier attempt's refund, a ``pending`` after ``succeeded``) changes nothing.
-        ``extra_items`` go into the change's transaction (a webhook's dedupe item; `Duplicate` if it exists)
-        and are not written when nothing changes. ``announce``: as for `settle`.
+        ``by``'s ``extra_items`` go into the change's transaction (a webhook's dedupe item; `Duplicate` if it
+        exists) and are not written when nothing changes; ``by.announce``: as for `settle`.
         """
         if refund.refund_key != row.refund_key:
             return row
@@ -118,18 +109,9 @@ class RefundSettler:
                 outcome = outcome_of(refund)
             else:
                 outcome = Outcome("FAILED", refund.id, refund.status, refund.failure_reason or refund.status)
-            return self.ledger.record(row, outcome, self.now(), actor, request_id, extra_items, announce=announce)
+            return self.ledger.record(row, outcome, self.now(), by)
         if row.status == "SUCCEEDED" and not refund.alive and refund.id == row.refund_id:
-            return self.ledger.fail_late(
-                row,
-                refund.id,
-                refund.failure_reason or refund.status,
-                self.now(),
-                actor,
-                request_id,
-                extra_items,
-                announce=announce,
-            )
+            return self.ledger.fail_late(row, refund.id, refund.failure_reason or refund.status, self.now(), by)
         return row
 
     def _ask(self, row: LedgerRow, deadline: Deadline | None) -> Outcome:
@@ -145,9 +127,8 @@ class RefundSettler:
                 return outcome_of(found)
         row = self.ledger.mark_sent(row, self.now())  # before every send: `RefundLedger.new_attempt` waits on it
         try:
-            refund = self.provider.refund(
-                row.attempt_key, row.payment_intent, row.amount_cents, row.currency, row.metadata, deadline=deadline
-            )
+            attempt = RefundAttempt(row.attempt_key, row.payment_intent, row.amount_cents, row.currency, row.metadata)
+            refund = self.provider.refund(attempt, deadline=deadline)
         except ProviderRefused as exc:
             return self._look_up(row, exc, deadline)
         except (OutcomeUnknown, ProviderUnavailable) as exc:

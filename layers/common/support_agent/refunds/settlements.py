@@ -17,19 +17,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from support_agent.refunds.ledger_row import FINAL, Duplicate, LedgerRace, LedgerRow, Outcome
-from support_agent.refunds.ledger_table import LedgerTable, chained
+from support_agent.refunds.ledger_row import FINAL, By, Duplicate, LedgerRace, LedgerRow, Outcome
+from support_agent.refunds.ledger_table import LedgerTable
 from support_agent.refunds.vocabulary import LedgerStatus, customer_status
 from support_agent.store.approvals import decided_note
 from support_agent.store.audit import AuditRecord
-from support_agent.store.dynamo import (
-    CONDITION_FAILED,
-    cancellation_as,
-    error_code,
-    is_conditional_failure,
-    to_item,
-    to_values,
-)
+from support_agent.store.dynamo import CONDITION_FAILED, cancellation_as, error_code, to_item, to_values, update_if
 from support_agent.store.notifications import Notification
 
 # A refund key's writers racing on its audit stream (the tool, RefundFlow executions, the webhook, the sweep): each
@@ -39,42 +32,17 @@ _UNSETTLED_AT_N = "#st IN (:requested, :settling) AND attempt = :n"
 
 
 class SettlementWrites(LedgerTable):
-    def record(
-        self,
-        row: LedgerRow,
-        outcome: Outcome,
-        now: str,
-        actor: str,
-        request_id: str = "",
-        extra_items: Sequence[dict[str, Any]] = (),
-        *,
-        announce: bool = False,
-    ) -> LedgerRow:
+    def record(self, row: LedgerRow, outcome: Outcome, now: str, by: By) -> LedgerRow:
         """Write one provider call's outcome: the row, the order's money and the approval, with the audit row.
 
         Conditioned on the row still being unsettled at this attempt; when it is not (another writer
-        recorded first), only the audit row is written and the row as it now is comes back.
-        ``extra_items``: the caller's own conditional writes, in the same transaction (a webhook's dedupe
-        item), so the change and its marker are written together or not at all; `Duplicate` when one of
-        their conditions fails. A final outcome is announced with it: an approval's always, a direct
-        refund's when ``announce`` (ledger.py's docstring).
+        recorded first), only the audit row is written and the row as it now is comes back. ``by``'s
+        ``extra_items`` are written with the change or not at all. A final outcome is announced with it: an
+        approval's always, a direct refund's when ``by.announce`` (ledger.py's docstring).
         """
-        return self._while_head_moves(
-            row, lambda r: self._record(r, outcome, now, actor, request_id, extra_items, announce)
-        )
+        return self._while_head_moves(row, lambda r: self._record(r, outcome, now, by))
 
-    def fail_late(
-        self,
-        row: LedgerRow,
-        refund_id: str,
-        code: str,
-        now: str,
-        actor: str,
-        request_id: str = "",
-        extra_items: Sequence[dict[str, Any]] = (),
-        *,
-        announce: bool = False,
-    ) -> LedgerRow:
+    def fail_late(self, row: LedgerRow, refund_id: str, code: str, now: str, by: By) -> LedgerRow:
         """SUCCEEDED -> FAILED: the provider failed a refund it had made (Stripe's ``failed`` after ``succeeded``).
 
         The money moves back: a direct refund's to available; an approved one's to reserved, its approval
@@ -82,9 +50,7 @@ class SettlementWrites(LedgerTable):
         SUCCEEDED with this refund id; otherwise the row as it is comes back and nothing changes. Announced
         as `record` announces a FAILED outcome.
         """
-        return self._while_head_moves(
-            row, lambda r: self._fail_late(r, refund_id, code, now, actor, request_id, extra_items, announce)
-        )
+        return self._while_head_moves(row, lambda r: self._fail_late(r, refund_id, code, now, by))
 
     def mark_sent(self, row: LedgerRow, now: str) -> LedgerRow:
         """Stamp ``attempt_sent_at`` before a request of the row's current attempt goes to the provider; the row
@@ -92,21 +58,19 @@ class SettlementWrites(LedgerTable):
         `new_attempt` can tell "no request of attempt ``n`` may still be in flight" from the stamp alone.
         Conditioned on the row still being unsettled at this attempt: `LedgerRace` otherwise (settled, or a
         new attempt began: the caller re-reads and sends that one's key, never an older one)."""
-        try:
-            self._db.update_item(
-                TableName=self._customers,
-                Key=to_item({"customer_id": row.customer_id, "sk": row.sk}),
-                UpdateExpression="SET attempt_sent_at = :now",
-                ConditionExpression=_UNSETTLED_AT_N,
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=to_values(
-                    {":now": now, ":requested": "REQUESTED", ":settling": "SETTLING", ":n": row.attempt}
-                ),
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                raise LedgerRace(f"refund {row.sk} changed before its attempt {row.attempt} was sent") from None
-            raise
+        stamped = update_if(
+            self._db,
+            TableName=self._customers,
+            Key=to_item({"customer_id": row.customer_id, "sk": row.sk}),
+            UpdateExpression="SET attempt_sent_at = :now",
+            ConditionExpression=_UNSETTLED_AT_N,
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=to_values(
+                {":now": now, ":requested": "REQUESTED", ":settling": "SETTLING", ":n": row.attempt}
+            ),
+        )
+        if not stamped:
+            raise LedgerRace(f"refund {row.sk} changed before its attempt {row.attempt} was sent")
         return replace(row, extra={**row.extra, "attempt_sent_at": now})
 
     def new_attempt(self, row: LedgerRow, now: str, actor: str) -> LedgerRow:
@@ -115,18 +79,15 @@ class SettlementWrites(LedgerTable):
         being unsettled at attempt ``n`` with the send stamp ``row`` was read with (`mark_sent`): a send stamped
         since — a request of attempt ``n`` that may still be in flight — wins, and this is `LedgerRace`."""
         nxt = replace(row, status="REQUESTED", attempt=row.attempt + 1, refund_id="")
-        link = chained(
-            row.audit_head, self._call_audit(nxt, Outcome("REQUESTED"), now, actor, "", "refund_new_attempt")
-        )
+        write = self._chained(row, self._call_audit(nxt, Outcome("REQUESTED"), now, actor, "", "refund_new_attempt"))
         sent = row.extra.get("attempt_sent_at")
         sent_if = "attribute_not_exists(attempt_sent_at)" if not sent else "attempt_sent_at = :sent"
-        update = self._row_update(
+        items = self._row_write(
+            write,
             row,
-            "SET #st = :requested, attempt = :next, attempt_started_at = :now, "
-            f"updated_at = :now, {link.sets} REMOVE refund_id, provider_status, failure_code, attempt_sent_at",
-            f"{_UNSETTLED_AT_N} AND {sent_if} AND {link.condition}",
+            ["#st = :requested", "attempt = :next", "attempt_started_at = :now", "updated_at = :now"],
+            f"{_UNSETTLED_AT_N} AND {sent_if}",
             {
-                **link.values,
                 ":requested": "REQUESTED",
                 ":settling": "SETTLING",
                 ":n": row.attempt,
@@ -134,34 +95,25 @@ class SettlementWrites(LedgerTable):
                 ":now": now,
                 **({":sent": sent} if sent else {}),
             },
+            then="REMOVE refund_id, provider_status, failure_code, attempt_sent_at",
         )
-        items = [update, link.record.put(self._audit)]
         with cancellation_as(lambda codes: LedgerRace(f"refund {row.sk} changed")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         return self._current(row)
 
     # ------------------------------------------------------------------ record and fail_late
 
-    def _record(
-        self,
-        row: LedgerRow,
-        outcome: Outcome,
-        now: str,
-        actor: str,
-        request_id: str,
-        extra_items: Sequence[dict[str, Any]],
-        announce: bool,
-    ) -> LedgerRow:
-        record = self._call_audit(row, outcome, now, actor, request_id)
+    def _record(self, row: LedgerRow, outcome: Outcome, now: str, by: By) -> LedgerRow:
+        record = self._call_audit(row, outcome, now, by.actor, by.request_id)
         nothing_new = (
             outcome.status == "SETTLING" and row.status == "SETTLING" and outcome.refund_id in ("", row.refund_id)
         )
-        if nothing_new and not extra_items:
+        if nothing_new and not by.extra_items:
             self._audit_only(row, record)  # nothing new to record: the call is still audited
             return row
         items = self._head_only(row, record) if nothing_new else self._outcome_items(row, outcome, now, record)
-        note = None if nothing_new else self._settled_note(row, outcome.status, now, announce)
-        current = self._write(row, items, extra_items, note)
+        note = None if nothing_new else self._settled_note(row, outcome.status, now, by.announce)
+        current = self._write(row, items, by.extra_items, note)
         if current is None:
             return row if nothing_new else self._current(row)
         if (current.status, current.attempt, current.refund_id) == (row.status, row.attempt, row.refund_id):
@@ -173,28 +125,23 @@ class SettlementWrites(LedgerTable):
         self._audit_only(current, record)  # another writer recorded first: this call is still audited
         return current
 
-    def _fail_late(
-        self,
-        row: LedgerRow,
-        refund_id: str,
-        code: str,
-        now: str,
-        actor: str,
-        request_id: str,
-        extra_items: Sequence[dict[str, Any]],
-        announce: bool,
-    ) -> LedgerRow:
+    def _fail_late(self, row: LedgerRow, refund_id: str, code: str, now: str, by: By) -> LedgerRow:
         failed = Outcome("FAILED", refund_id, "failed", code or "failed")
-        link = chained(row.audit_head, self._call_audit(row, failed, now, actor, request_id, "refund_failed_late"))
+        write = self._chained(row, self._call_audit(row, failed, now, by.actor, by.request_id, "refund_failed_late"))
         back = "reserved_cents" if row.kind == "approved" else "available_cents"  # where the money goes back to
         items = [
-            self._row_update(
+            *self._row_write(
+                write,
                 row,
-                "SET #st = :failed, failure_code = :code, provider_status = :pstatus, failed_late_at = :now, "
-                f"updated_at = :now, {link.sets}",
-                f"#st = :succeeded AND refund_id = :rid AND {link.condition}",
+                [
+                    "#st = :failed",
+                    "failure_code = :code",
+                    "provider_status = :pstatus",
+                    "failed_late_at = :now",
+                    "updated_at = :now",
+                ],
+                "#st = :succeeded AND refund_id = :rid",
                 {
-                    **link.values,
                     ":failed": "FAILED",
                     ":succeeded": "SUCCEEDED",
                     ":rid": refund_id,
@@ -203,19 +150,16 @@ class SettlementWrites(LedgerTable):
                     ":now": now,
                 },
             ),
-            link.record.put(self._audit),
             self._order_update(
-                row, f"SET refunded_cents = refunded_cents - :a, {back} = {back} + :a", "refunded_cents >= :a"
+                row, f"SET refunded_cents = refunded_cents - :a, {back} = {back} + :a", "refunded_cents"
             ),
         ]
         if row.kind == "approved":
             sets = {"refund_status": "FAILED", "failed_at": now, "failure_error": failed.failure_code}
-            items.append(
-                self._approval_update(
-                    row.approval_id, "REFUNDED", "FAILED", now, {**sets, "refund_failed_late_at": now}
-                )
+            items.extend(
+                self._approval_move(row.approval_id, "REFUNDED", "FAILED", now, {**sets, "refund_failed_late_at": now})
             )
-        current = self._write(row, items, extra_items, self._settled_note(row, "FAILED", now, announce))
+        current = self._write(row, items, by.extra_items, self._settled_note(row, "FAILED", now, by.announce))
         if current is None:
             return self._current(row)
         if current.status == "SUCCEEDED" and current.refund_id == refund_id:
@@ -224,16 +168,14 @@ class SettlementWrites(LedgerTable):
 
     def _outcome_items(self, row: LedgerRow, outcome: Outcome, now: str, record: AuditRecord) -> list[dict[str, Any]]:
         """`record`'s transaction: the row's update first (its condition decides `_Superseded`), then the rest."""
-        link = chained(row.audit_head, record)
         values: dict[str, Any] = {
-            **link.values,
             ":to": outcome.status,
             ":n": row.attempt,
             ":now": now,
             ":requested": "REQUESTED",
             ":settling": "SETTLING",
         }
-        sets = ["#st = :to", "updated_at = :now", link.sets]
+        sets = ["#st = :to", "updated_at = :now"]
         for name, value in (
             ("refund_id", outcome.refund_id),
             ("provider_status", outcome.provider_status),
@@ -242,13 +184,10 @@ class SettlementWrites(LedgerTable):
             if value:
                 sets.append(f"{name} = :{name}")
                 values[f":{name}"] = value
-        update = "SET " + ", ".join(sets)
+        then = ""
         if outcome.status in FINAL:
-            update = "SET " + ", ".join([*sets, "settled_at = :now"]) + " REMOVE unsettled"
-        items = [
-            self._row_update(row, update, f"{_UNSETTLED_AT_N} AND {link.condition}", values),
-            link.record.put(self._audit),
-        ]
+            sets, then = [*sets, "settled_at = :now"], "REMOVE unsettled"
+        items = self._row_write(self._chained(row, record), row, sets, _UNSETTLED_AT_N, values, then=then)
         order_move = self._order_move(row, outcome.status)
         if order_move:
             items.append(order_move)
@@ -261,7 +200,7 @@ class SettlementWrites(LedgerTable):
                 approval_sets["refunded_at"] = now
             if to_status == "FAILED":
                 approval_sets.update(failed_at=now, failure_error=outcome.failure_code or "refused")
-            items.append(self._approval_update(row.approval_id, "SETTLING", to_status, now, approval_sets))
+            items.extend(self._approval_move(row.approval_id, "SETTLING", to_status, now, approval_sets))
         return items
 
     def _write(
@@ -288,7 +227,7 @@ class SettlementWrites(LedgerTable):
 
         try:
             with cancellation_as(cancelled):
-                self._transact([*items, *extra_items], note)
+                self._notes.transact([*items, *extra_items], note)
         except _Superseded:
             return self._current(row)
         return None
@@ -309,7 +248,7 @@ class SettlementWrites(LedgerTable):
     def _settled_note(self, row: LedgerRow, status: str, now: str, announce: bool) -> Notification | None:
         """What the feed says of ``row`` reaching ``status`` (SUCCEEDED or FAILED; nothing for anything else): an
         approved refund's approval decided, a direct one settled (only when the caller ``announce``s it)."""
-        if self._notes is None or status not in FINAL:
+        if status not in FINAL:
             return None
         if row.kind == "approved":
             decided = "REFUNDED" if status == "SUCCEEDED" else "FAILED"
@@ -326,16 +265,11 @@ class SettlementWrites(LedgerTable):
             expr = "SET reserved_cents = reserved_cents - :a, available_cents = available_cents + :a"
         else:
             return None  # SETTLING keeps the reservation; a FAILED approval keeps it for the lead's decision
-        return self._order_update(row, expr, "reserved_cents >= :a")
+        return self._order_update(row, expr)
 
     def _head_only(self, row: LedgerRow, record: AuditRecord) -> list[dict[str, Any]]:
         """The row's head advanced (and nothing else of it) with ``record``: an audited call that changed nothing."""
-        link = chained(row.audit_head, record)
-        condition = f"attribute_exists(sk) AND {link.condition}"
-        return [
-            self._row_update(row, f"SET {link.sets}", condition, link.values, status=False),
-            link.record.put(self._audit),
-        ]
+        return self._row_write(self._chained(row, record), row, [], "attribute_exists(sk)", {}, status=False)
 
     def _audit_only(self, row: LedgerRow, record: AuditRecord) -> None:
         """Write ``record`` on the refund key's stream, re-reading the row while other writers move its head."""

@@ -44,7 +44,7 @@ from support_agent import observability as obs
 from support_agent.clock import Clock, iso, parse_iso, utc_datetime
 from support_agent.messages import Deadline
 from support_agent.refunds.ledger import RefundLedger
-from support_agent.refunds.ledger_row import LedgerRace, LedgerRow
+from support_agent.refunds.ledger_row import By, LedgerRace, LedgerRow
 from support_agent.refunds.provider.port import PaymentError, PaymentProvider, ProviderRefund
 from support_agent.refunds.settle import RefundSettler
 
@@ -198,7 +198,7 @@ class PaymentSweeper:
     def _apply(self, row: LedgerRow, refund: ProviderRefund) -> Action:
         if row.status == "SETTLING" and refund.alive and refund.status != "succeeded" and refund.id == row.refund_id:
             return "pending"  # nothing new: no write, no audit row
-        after = self.settler.apply(row, refund, actor=SWEEP_ACTOR, announce=True)
+        after = self.settler.apply(row, refund, By(SWEEP_ACTOR, announce=True))
         if after.settled:
             self._log_outcome(after)
             return "settled"

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from support_agent.errors import InvalidRequest, ServiceError
 from support_agent.refunds.ledger import RefundLedger
-from support_agent.refunds.ledger_row import Duplicate, LedgerRow
+from support_agent.refunds.ledger_row import By, Duplicate, LedgerRow
 from support_agent.refunds.provider.port import ProviderRefund
 from support_agent.refunds.settle import RefundSettler
 from support_agent.store.dynamo import put_new
@@ -194,12 +194,7 @@ class StripeWebhooks:
         try:
             # Announced (a direct refund's settlement too): the customer's turn is long over when a webhook comes.
             after = self.settler.apply(
-                row,
-                refund,
-                actor=ACTOR,
-                request_id=event.id,
-                extra_items=[self._dedupe(row, refund, event)],
-                announce=True,
+                row, refund, By(ACTOR, event.id, [self._dedupe(row, refund, event)], announce=True)
             )
         except Duplicate:
             logger.info("webhook duplicate", extra=fields)

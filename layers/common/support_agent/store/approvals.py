@@ -14,24 +14,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar, get_args
 
-from botocore.exceptions import ClientError
-
 from support_agent.errors import Conflict
 from support_agent.refunds.vocabulary import LedgerStatus, customer_status
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain, head_condition, head_set
-from support_agent.store.customer_data import order_key
+from support_agent.store.audited_write import AuditedWrite, StreamOwner
+from support_agent.store.customer_data import order_move
 from support_agent.store.dynamo import (
     CONDITION_FAILED,
     DynamoDBClient,
     cancellation_as,
     from_item,
-    is_conditional_failure,
     to_item,
     to_values,
+    update_if,
 )
 from support_agent.store.notifications import Notification, NotificationStore
-from support_agent.store.records import Record, optional
+from support_agent.store.records import optional
 
 # PENDING -> APPROVED -> SETTLING (the provider has the refund, unconfirmed) -> REFUNDED | FAILED;
 # PENDING -> REJECTED | EXPIRED; FAILED -> APPROVED (retry) | RELEASED. The one list: the routes' filter,
@@ -45,10 +43,11 @@ DECIDED: tuple[str, ...] = ("REFUNDED", "REJECTED", "EXPIRED", "FAILED", "RELEAS
 
 
 @dataclass(frozen=True, kw_only=True)
-class Approval(Record):
+class Approval(StreamOwner):
     """An approval item, every attribute any writer sets: `RefundWriter.reserve` writes it PENDING, the decisions
-    here move it, and the refund's ledger (refunds/ledger.py) records the provider's refund on it. The lead's
-    view (api/responses.py ``Approval.of``) is built from it."""
+    here move it, and the refund's ledger (refunds/ledger.py) records the provider's refund on it. It owns the
+    approval's audit stream (``approval#<id>``: `StreamOwner`). The lead's view (api/responses.py
+    ``Approval.of``) is built from it."""
 
     KIND: ClassVar[str] = "approval"
 
@@ -85,14 +84,38 @@ class Approval(Record):
     failed_at: str | None = None
     failure_error: str | None = None
     refund_failed_late_at: str | None = None
-    # The head of the approval's audit stream (store/audit_chain.py), which this item owns.
-    audit_n: int = optional(0)
-    audit_hash: str = optional("")
-    audit_event: str = optional("")
 
-    @property
-    def head(self) -> Head:
-        return Head(self.audit_n, self.audit_hash, self.audit_event)
+    def audit_row(
+        self,
+        action: str,
+        actor: str,
+        outcome: str,
+        now: str,
+        output: Any,
+        *,
+        input: Any = None,
+        request_id: str | None = None,
+        refund_key: str | None = None,
+    ) -> AuditRecord:
+        """A row of this approval's own stream (``approval#<id>``): a decision, or its refund failing unstarted."""
+        return AuditRecord(
+            f"approval#{self.approval_id}",
+            action,
+            actor,
+            outcome,
+            self.customer_id,
+            now,
+            input=input,
+            output=output,
+            conversation_id=self.conversation_id or None,
+            approval_id=self.approval_id,
+            request_id=request_id,
+            refund_key=refund_key,
+        )
+
+    def decided_note(self, status: str, now: str) -> Notification | None:
+        """This approval's ``approval.decided`` notification on reaching ``status`` (module `decided_note`)."""
+        return decided_note(self.conversation_id, self.approval_id, self.order_id, self.amount_cents, status, now)
 
 
 class StateConflict(Conflict):
@@ -135,6 +158,8 @@ class _Change:
 
 
 T = TypeVar("T")
+# A transaction's items (a name the store's annotations can use: its own `list` method hides the builtin there).
+TransactItems = list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -157,6 +182,44 @@ def decided_note(
         "status": customer_status(status),
     }
     return Notification(conversation_id=conversation_id, type="approval.decided", at=now, data=data)
+
+
+def status_move(
+    write: AuditedWrite,
+    table: str,
+    approval_id: str,
+    from_status: str,
+    to_status: str,
+    sets: Mapping[str, Any],
+    *,
+    remove: str = "",
+    add_retry: bool = False,
+    not_created_before: str | None = None,
+) -> list[dict[str, Any]]:
+    """An approval's move from ``from_status`` (its condition) to ``to_status``, setting ``sets`` (declared fields)
+    and removing ``remove`` (a declared attribute), with ``write``'s rows on its stream (none with `UNAUDITED`):
+    a lead's decision here, a refund's progress in the ledger (refunds/ledger_table.py). ``add_retry`` counts a
+    lead's retry; ``not_created_before`` refuses an approval created before it (the approval's TTL)."""
+    assignments, names, values = Approval.assign(sets)
+    condition, clauses = "#st = :from", []
+    if not_created_before is not None:
+        condition += " AND #created >= :not_before"
+        names["#created"], values[":not_before"] = "created_at", not_created_before
+    if remove:
+        Approval.check([remove])
+        clauses.append(f"REMOVE {remove}")
+    if add_retry:
+        clauses.append("ADD retries :one")
+        values[":one"] = 1
+    return write.update(
+        table,
+        {"approval_id": approval_id},
+        ["#st = :to", *assignments],
+        condition,
+        {":to": to_status, ":from": from_status, **values},
+        {"#st": "status", **names},
+        " ".join(clauses),
+    )
 
 
 def query_page(
@@ -200,7 +263,7 @@ class ApprovalStore:
         self.table = table
         self._customers = customer_table
         self._audit = audit_table
-        self._notes = NotificationStore(client, conversations_table) if conversations_table else None
+        self._notes = NotificationStore(client, conversations_table)
 
     def _key(self, approval_id: str) -> dict[str, Any]:
         return to_item({"approval_id": approval_id})
@@ -218,19 +281,16 @@ class ApprovalStore:
         items, next_key = query_page(self._db, self.table, status, ENTITY, limit, start_key)
         return Page([Approval.from_item(i) for i in items if i.get("entity", ENTITY) == ENTITY], next_key)
 
-    def _audit_row(self, approval: Approval, change: _Change) -> AuditRecord:
-        return AuditRecord(
-            stream=f"approval#{approval.approval_id}",
-            action=change.action,
-            actor=change.actor,
-            outcome=change.to_status,
-            customer_id=approval.customer_id,
-            created_at=change.now,
+    @staticmethod
+    def _audit_row(approval: Approval, change: _Change) -> AuditRecord:
+        return approval.audit_row(
+            change.action,
+            change.actor,
+            change.to_status,
+            change.now,
+            {"order_id": approval.order_id, "amount_cents": approval.amount_cents},
             input={"reason": change.reason} if change.reason else None,
-            output={"order_id": approval.order_id, "amount_cents": approval.amount_cents},
-            conversation_id=approval.conversation_id,
-            approval_id=approval.approval_id,
-            refund_key=approval.approval_id if change.to_status == "APPROVED" else None,
+            refund_key=approval.approval_id if change.to_status == "APPROVED" else None,  # its refund starts
         )
 
     def _decide(self, approval_id: str, change: _Change) -> Approval:
@@ -238,49 +298,11 @@ class ApprovalStore:
         approval = self.get(approval_id)
         if approval is None or approval.status != change.from_status:
             raise StateConflict(approval)
-        # The approval's stream: the approval item holds its head, advanced with the row, conditioned on it.
-        read = approval.head
-        (audit,), head = chain(read, [self._audit_row(approval, change)])
-        (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
-        names = {"#st": "status"}
-        values: dict[str, Any] = {":to": change.to_status, ":from": change.from_status, **head_values, **head_new}
-        condition = f"#st = :from AND {head_if}"
-        if change.not_created_before is not None:
-            names["#created"] = "created_at"
-            values[":not_before"] = change.not_created_before
-            condition += " AND #created >= :not_before"
-        sets, set_names, set_values = Approval.assign(change.sets)
-        names.update(set_names)
-        values.update(set_values)
-        update = "SET " + ", ".join(["#st = :to", head_sets, *sets])
-        if change.add_retry:
-            update += " ADD retries :one"
-            values[":one"] = 1
-        items: list[dict[str, Any]] = [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": self._key(approval_id),
-                    "UpdateExpression": update,
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": to_values(values),
-                }
-            },
-            audit.put(self._audit),
-        ]
+        items = self._move(approval, change)  # the approval's update, then its row
         if change.order_release:
+            expression = "SET available_cents = available_cents + :a, reserved_cents = reserved_cents - :a"
             items.append(
-                {
-                    "Update": {
-                        "TableName": self._customers,
-                        "Key": order_key(approval.customer_id, approval.order_id),
-                        "UpdateExpression": "SET available_cents = available_cents + :a, "
-                        "reserved_cents = reserved_cents - :a",
-                        "ConditionExpression": "reserved_cents >= :a",
-                        "ExpressionAttributeValues": to_values({":a": approval.amount_cents}),
-                    }
-                }
+                order_move(self._customers, approval.customer_id, approval.order_id, approval.amount_cents, expression)
             )
         dedupe = self._dedupe_release(approval, change)
         if dedupe is not None:
@@ -296,24 +318,24 @@ class ApprovalStore:
             return None
 
         # The conversation's notification goes last (its items after ours: the codes above keep their places).
-        note = None
-        if self._notes is not None:
-            note = decided_note(
-                approval.conversation_id,
-                approval.approval_id,
-                approval.order_id,
-                approval.amount_cents,
-                change.to_status,
-                change.now,
-            )
         with cancellation_as(cancelled):
-            if self._notes is not None and note is not None:
-                self._notes.transact(items, note)
-            else:
-                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+            self._notes.transact(items, approval.decided_note(change.to_status, change.now))
         updated = self.get(approval_id)
         assert updated is not None
         return updated
+
+    def _move(self, approval: Approval, change: _Change) -> TransactItems:
+        """The approval's update and its audit row, on the approval's own stream (the item holds its head)."""
+        return status_move(
+            AuditedWrite.of(self._audit, approval.head, [self._audit_row(approval, change)]),
+            self.table,
+            approval.approval_id,
+            change.from_status,
+            change.to_status,
+            change.sets,
+            add_retry=change.add_retry,
+            not_created_before=change.not_created_before,
+        )
 
     def _dedupe_release(self, approval: Approval, change: _Change) -> dict[str, Any] | None:
         """A held request's dedupe item (refunds/requests.py `held_sk`) is released by the decision that ends its
@@ -353,19 +375,14 @@ class ApprovalStore:
 
     def _update_if(self, approval_id: str, update: str, condition: str, values: dict[str, Any]) -> bool:
         """One conditional UpdateItem; False when the condition does not hold."""
-        try:
-            self._db.update_item(
-                TableName=self.table,
-                Key=self._key(approval_id),
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeValues=to_values(values),
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return update_if(
+            self._db,
+            TableName=self.table,
+            Key=self._key(approval_id),
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeValues=to_values(values),
+        )
 
     def claim_notification(self, approval_id: str, now: str, until: str) -> bool:
         """Claim the leads' notification until ``until``; False when notified already or another

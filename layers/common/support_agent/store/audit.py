@@ -1,7 +1,9 @@
-"""The Audit table: append-only rows with server-generated, time-ordered keys.
+"""The Audit table: append-only rows with server-generated, time-ordered keys; its row and its reads.
 
-Rows are only ever written as part of the transaction that does the audited thing, with
-``attribute_not_exists`` so no row is overwritten; the writing roles hold PutItem and nothing else.
+Rows are only ever written as part of the transaction that does the audited thing (store/audited_write.py), with
+``attribute_not_exists`` so no row is overwritten; the writing roles hold PutItem and nothing else. The row and
+the table's reads are DynamoDB code, so they live here with the other stores; the chain they are verified by and
+the seals they are checked against are the audit package's (audit/chain.py, audit/seal.py).
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from support_agent.audit.chain import CHAIN_FIELDS, Head, verify
+from support_agent.audit.chain import VERSION as CHAIN_VERSION
 from support_agent.ids import ulid
 from support_agent.refunds import keys as refund_keys
-from support_agent.store.audit_chain import CHAIN_FIELDS, Head, verify
-from support_agent.store.audit_chain import VERSION as CHAIN_VERSION
 from support_agent.store.dynamo import DynamoDBClient, dumps, from_item, put_new, to_item, to_values
 from support_agent.store.records import Record
 
 if TYPE_CHECKING:
-    from support_agent.store.audit_seal import SealReader
+    from support_agent.audit.seal import SealReader
 
 AUDIT_PAYLOAD_MAX_CHARS = 4000
 
@@ -67,7 +69,7 @@ class AuditRecord(Record):
     origin: str | None = None  # "mcp" for a call through the MCP server (absent: the chat's, or no call)
     client: str | None = None  # the MCP client's name, as it gave it
     event_id: str = field(default_factory=ulid)
-    # The chain (store/audit_chain.py): set by `chain`, never by hand.
+    # The chain (audit/chain.py): set by `chain`, never by hand.
     n: int | None = None
     payload_hash: str | None = None
     prev_hash: str | None = None
@@ -78,7 +80,7 @@ class AuditRecord(Record):
         return super().from_item({**item, "input": _parsed(item.get("input")), "output": _parsed(item.get("output"))})
 
     def put(self, table: str) -> dict[str, Any]:
-        """The TransactWriteItems element that writes this row exactly once (chained: see `audit_chain.chain`)."""
+        """The TransactWriteItems element that writes this row exactly once (chained: see audit/chain.py `chain`)."""
         chain = {}
         if self.n is not None:
             chain = {
@@ -105,6 +107,18 @@ class AuditRecord(Record):
 
 # The streams a row names, and the key prefix of each: a conversation's trail follows them.
 NAMED_STREAMS = (("approval_id", "approval#"), ("handoff_id", "handoff#"), ("refund_key", "refund#"))
+
+
+@dataclass(frozen=True)
+class Streams:
+    """The streams (`NAMED_STREAMS`) a call's effect wrote: an approval, a hand-off, a refund key. Its writer says
+    which (a tool's outcome, tools/registry.py); the call's own row names them, so the trail follows them."""
+
+    approval_id: str | None = None
+    handoff_id: str | None = None
+    refund_key: str | None = None
+
+
 MAX_FOLLOWED_STREAMS = 200
 
 
@@ -119,7 +133,7 @@ class AuditStore:
         seals: SealReader | None = None,
     ) -> None:
         self._db = client
-        self._seals = seals  # the sealed heads (store/audit_seal.py); None: no seal bucket configured
+        self._seals = seals  # the sealed heads (audit/seal.py); None: no seal bucket configured
         self.table = table
         # Where the streams' heads live (verification only): header, approval/hand-off item, ledger row.
         self._conversations = conversations_table

@@ -15,10 +15,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from support_agent.audit.chain import Head
 from support_agent.errors import Conflict, LeaseHeld, NotFound
 from support_agent.messages import Block, Message, Usage
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain, head_after, head_condition, head_set
+from support_agent.store.audited_write import AuditedWrite
 from support_agent.store.dynamo import (
     DynamoDBClient,
     cancellation_as,
@@ -28,6 +29,7 @@ from support_agent.store.dynamo import (
     put_new,
     to_item,
     to_values,
+    update_if,
 )
 
 LEASE_FREE = "(attribute_not_exists(lease_owner) OR lease_expires_at < :now)"
@@ -89,7 +91,11 @@ class ConversationStore:
         self._audit_table = audit_table  # where `append`'s audit rows go
 
     def _key(self, conversation_id: str, seq: int = 0) -> dict[str, Any]:
-        return to_item({"conversation_id": conversation_id, "seq": seq})
+        return to_item(self._plain_key(conversation_id, seq))
+
+    @staticmethod
+    def _plain_key(conversation_id: str, seq: int = 0) -> dict[str, Any]:
+        return {"conversation_id": conversation_id, "seq": seq}
 
     @staticmethod
     def new_header(conversation_id: str, customer_id: int, now: str) -> Header:
@@ -128,25 +134,20 @@ class ConversationStore:
         return _header(from_item(out["Attributes"]))
 
     def lease_renewal(
-        self,
-        conversation_id: str,
-        owner: str,
-        lease_until: int,
-        *,
-        drop_title: bool = False,
-        audit: tuple[Head, Head] | None = None,
-    ) -> dict[str, Any]:
-        """A TransactWriteItems action extending ``owner``'s lease: the caller's transaction fails unless the
-        lease is still theirs. ``drop_title`` removes the header's title too (it quotes the first message).
-        ``audit`` (the head read, the head after the caller's rows) advances the audit stream's head too."""
-        update, values = "SET lease_expires_at = :until", {":until": lease_until}
-        condition = LEASE_HELD
-        if audit is not None:
-            (cond, cond_values), (sets, set_values) = head_condition(audit[0]), head_set(audit[1])
-            update, condition = f"{update}, {sets}", f"{condition} AND {cond}"
-            values.update({**cond_values, **set_values})
-        update += " REMOVE title" if drop_title else ""
-        return {"Update": {**self._held(conversation_id, owner, update, values), "ConditionExpression": condition}}
+        self, conversation_id: str, owner: str, lease_until: int, audit: AuditedWrite, *, drop_title: bool = False
+    ) -> list[dict[str, Any]]:
+        """TransactWriteItems actions extending ``owner``'s lease with ``audit``'s rows on the conversation's
+        stream (its head advanced): the caller's transaction fails unless the lease is still theirs. The header's
+        update comes first, then the rows. ``drop_title`` removes the header's title too (it quotes the first
+        message)."""
+        return audit.update(
+            self._table,
+            self._plain_key(conversation_id),
+            ["lease_expires_at = :until"],
+            LEASE_HELD,
+            {":owner": owner, ":until": lease_until},
+            then="REMOVE title" if drop_title else "",
+        )
 
     def lease_check(self, conversation_id: str, owner: str, now_epoch: int) -> dict[str, Any]:
         """A TransactWriteItems ConditionCheck that ``owner`` still holds the lease, unexpired at ``now_epoch``: the
@@ -163,31 +164,14 @@ class ConversationStore:
 
     def pass_lease(self, conversation_id: str, owner: str, to: str, lease_until: int) -> None:
         """Hand ``owner``'s lease to ``to`` (a turn handed to the worker); Conflict if it is no longer ours."""
-        try:
-            self._db.update_item(
-                **self._held(
-                    conversation_id,
-                    owner,
-                    "SET lease_owner = :to, lease_expires_at = :until",
-                    {":to": to, ":until": lease_until},
-                )
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-            raise Conflict("the conversation's lease was lost before the hand-over") from None
+        update = "SET lease_owner = :to, lease_expires_at = :until"
+        if not update_if(self._db, **self._held(conversation_id, owner, update, {":to": to, ":until": lease_until})):
+            raise Conflict("the conversation's lease was lost before the hand-over")
 
     def renew_lease(self, conversation_id: str, owner: str, lease_until: int) -> bool:
         """Extend ``owner``'s lease (the worker, while a model call runs); False once it is someone else's."""
-        try:
-            self._db.update_item(
-                **self._held(conversation_id, owner, "SET lease_expires_at = :until", {":until": lease_until})
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-            return False
-        return True
+        update = "SET lease_expires_at = :until"
+        return update_if(self._db, **self._held(conversation_id, owner, update, {":until": lease_until}))
 
     def release_lease(self, conversation_id: str, owner: str, *, erased_at: str | None = None) -> None:
         """Give the lease up, if it is still ``owner``'s. With ``erased_at`` the header is marked erased and
@@ -195,11 +179,7 @@ class ConversationStore:
         update, values = "REMOVE lease_owner, lease_expires_at", {}
         if erased_at is not None:
             update, values = "SET erased_at = :now REMOVE title, lease_owner, lease_expires_at", {":now": erased_at}
-        try:
-            self._db.update_item(**self._held(conversation_id, owner, update, values))
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
+        update_if(self._db, **self._held(conversation_id, owner, update, values))  # no longer ours: nothing to do
 
     def _held(self, conversation_id: str, owner: str, update: str, values: dict[str, Any]) -> dict[str, Any]:
         """An update of the header that applies only while ``owner`` holds the lease."""
@@ -273,89 +253,109 @@ class ConversationStore:
         lease_until: int = 0,
         audit_head: Head | None = None,
         turn_id: str | None = None,
-    ) -> list[StoredMessage]:
-        """Store messages and their audit rows atomically; returns the messages with their seqs.
+    ) -> tuple[list[StoredMessage], Head]:
+        """Store messages and their audit rows atomically; returns the messages with their seqs, and the head of
+        the conversation's audit stream after the rows.
 
         Conditioned on holding the lease and on ``next_seq == expected_seq``: a writer that lost the
         lease, or raced another, gets Conflict and stores nothing. With ``create``, the header is
         written here too, leased to ``owner``: a new conversation exists only once it has messages.
-        The audit rows are chained after ``audit_head`` (the head the caller read; rows the caller chained
-        already are kept as they are) and the header's head advances with them, conditioned on it. Each message
-        names ``turn_id``, the turn that stored it: the event feed reads a turn's events from its messages.
+        The audit rows are chained after ``audit_head`` (the head the caller read) and the header's head
+        advances with them, conditioned on it. Each message names ``turn_id``, the turn that stored it: the
+        event feed reads a turn's events from its messages.
         """
-        read = audit_head or Head()
-        records = list(audit or [])
-        if records and records[0].n is None:
-            records, _ = chain(read, records)
-        new_head = head_after(read, records)
+        write = AuditedWrite.of(self._audit_table, audit_head or Head(), audit or [])
         stored = [
             StoredMessage(expected_seq + offset, message["role"], message["content"], now, turn_id)
             for offset, message in enumerate(messages)
         ]
-        items = [
-            put_new(
-                self._table,
-                {
-                    "conversation_id": conversation_id,
-                    "seq": m.seq,
-                    "role": m.role,
-                    "content": dumps(m.content),
-                    "created_at": now,
-                    "turn_id": turn_id,
-                },
-                "seq",
-            )
-            for m in stored
-        ]
+        items = [self._message_put(conversation_id, m) for m in stored]
         usage = usage or Usage()
         next_seq = expected_seq + len(messages)
         if create is not None:
-            header = {
-                "conversation_id": conversation_id,
-                "seq": 0,
-                "customer_id": create.customer_id,
-                "created_at": create.created_at,
-                "updated_at": now,
-                "next_seq": next_seq,
-                "lease_owner": owner,
-                "lease_expires_at": lease_until,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_read_input_tokens": usage.cache_read_input_tokens,
-                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                "title": title,
-                **new_head.attributes(),
-            }
-            items.append(put_new(self._table, header, "conversation_id"))
+            header = self._new_header(conversation_id, create, owner, lease_until, next_seq, usage, now, title)
+            items.extend(write.put(self._table, header, "conversation_id"))
         else:
-            update = (
-                "SET next_seq = :next, updated_at = :now "
-                "ADD input_tokens :i, output_tokens :o, cache_read_input_tokens :cr, cache_creation_input_tokens :cc"
-            )
-            values: dict[str, Any] = {
-                ":next": next_seq,
-                ":now": now,
-                ":expected": expected_seq,
-                ":i": usage.input_tokens,
-                ":o": usage.output_tokens,
-                ":cr": usage.cache_read_input_tokens,
-                ":cc": usage.cache_creation_input_tokens,
-            }
-            if title is not None:
-                update = update.replace("SET ", "SET title = if_not_exists(title, :title), ", 1)
-                values[":title"] = title
-            condition = f"{LEASE_HELD} AND next_seq = :expected"
-            if records:
-                (cond, cond_values), (sets, set_values) = head_condition(read), head_set(new_head)
-                update = update.replace("SET ", f"SET {sets}, ", 1)
-                condition = f"{condition} AND {cond}"
-                values.update({**cond_values, **set_values})
-            advance = self._held(conversation_id, owner, update, values)
-            items.append({"Update": {**advance, "ConditionExpression": condition}})
-        items.extend(record.put(self._audit_table) for record in records)
+            items.extend(self._advance(write, conversation_id, owner, expected_seq, next_seq, usage, now, title))
         with cancellation_as(lambda _codes: Conflict("the conversation changed under this turn; please resend")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        return stored
+        return stored, write.head
+
+    def _message_put(self, conversation_id: str, message: StoredMessage) -> dict[str, Any]:
+        """A stored message, written once."""
+        item = {
+            "conversation_id": conversation_id,
+            "seq": message.seq,
+            "role": message.role,
+            "content": dumps(message.content),
+            "created_at": message.created_at,
+            "turn_id": message.turn_id,
+        }
+        return put_new(self._table, item, "seq")
+
+    @staticmethod
+    def _new_header(
+        conversation_id: str,
+        create: Header,
+        owner: str,
+        lease_until: int,
+        next_seq: int,
+        usage: Usage,
+        now: str,
+        title: str | None,
+    ) -> dict[str, Any]:
+        """A new conversation's header, leased to ``owner``, as its first messages are stored."""
+        return {
+            "conversation_id": conversation_id,
+            "seq": 0,
+            "customer_id": create.customer_id,
+            "created_at": create.created_at,
+            "updated_at": now,
+            "next_seq": next_seq,
+            "lease_owner": owner,
+            "lease_expires_at": lease_until,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "title": title,
+        }
+
+    def _advance(
+        self,
+        write: AuditedWrite,
+        conversation_id: str,
+        owner: str,
+        expected_seq: int,
+        next_seq: int,
+        usage: Usage,
+        now: str,
+        title: str | None,
+    ) -> list[dict[str, Any]]:
+        """The header's update under the lease (the next seq, the token totals, a first title) with ``write``'s
+        rows on the conversation's stream."""
+        sets = ["next_seq = :next", "updated_at = :now"]
+        values: dict[str, Any] = {
+            ":owner": owner,
+            ":next": next_seq,
+            ":now": now,
+            ":expected": expected_seq,
+            ":i": usage.input_tokens,
+            ":o": usage.output_tokens,
+            ":cr": usage.cache_read_input_tokens,
+            ":cc": usage.cache_creation_input_tokens,
+        }
+        if title is not None:
+            sets.insert(0, "title = if_not_exists(title, :title)")
+            values[":title"] = title
+        return write.update(
+            self._table,
+            self._plain_key(conversation_id),
+            sets,
+            f"{LEASE_HELD} AND next_seq = :expected",
+            values,
+            then="ADD input_tokens :i, output_tokens :o, cache_read_input_tokens :cr, cache_creation_input_tokens :cc",
+        )
 
     def list_for_customer(
         self, customer_id: int, limit: int = 20, start_key: dict[str, Any] | None = None

@@ -42,6 +42,22 @@ def order_key(customer_id: int, order_id: int) -> dict[str, Any]:
     return to_item({"customer_id": customer_id, "sk": f"ORDER#{order_id}"})
 
 
+def order_move(
+    table: str, customer_id: int, order_id: int, amount_cents: int, expression: str, source: str = "reserved_cents"
+) -> dict[str, Any]:
+    """A TransactWriteItems Update of an order moving ``amount_cents`` (``:a`` in ``expression``) out of its
+    ``source`` field, conditioned on that field holding it: a reservation released, a refund made or failed."""
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": order_key(customer_id, order_id),
+            "UpdateExpression": expression,
+            "ConditionExpression": f"{source} >= :a",
+            "ExpressionAttributeValues": to_values({":a": amount_cents}),
+        }
+    }
+
+
 class CustomerDataStore:
     def __init__(self, client: DynamoDBClient, table: str) -> None:
         self._db = client

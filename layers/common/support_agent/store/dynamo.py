@@ -107,3 +107,15 @@ def cancellation_as(error_for: Callable[[list[str]], Exception | None]) -> Itera
 
 def is_conditional_failure(exc: ClientError) -> bool:
     return error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+
+def update_if(db: DynamoDBClient, **update: Any) -> bool:
+    """One conditional UpdateItem (``update``: its parameters); False when its condition did not hold and nothing
+    was written, every other error raised."""
+    try:
+        db.update_item(**update)
+    except ClientError as exc:
+        if is_conditional_failure(exc):
+            return False
+        raise
+    return True

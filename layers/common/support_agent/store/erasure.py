@@ -25,13 +25,14 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from support_agent.audit.chain import Head
 from support_agent.errors import LeaseHeld
 from support_agent.ids import ulid
 from support_agent.messages import Block
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain, head_condition, head_set
+from support_agent.store.audited_write import AuditedWrite
 from support_agent.store.conversations import ConversationStore
-from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, to_item, to_values
+from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as
 from support_agent.store.notifications import NotificationStore
 from support_agent.store.turns import TurnStore
 
@@ -176,26 +177,16 @@ class ConversationEraser:
         )
         # The run's stream (``erasure#<run>``) and its record item: a key of the Conversations table that is no
         # conversation (no customer_id, no updated_at: the by_customer index never lists it), holding the head.
-        (audit,), head = chain(Head(), [record])
-        (head_if, _), (head_sets, head_new) = head_condition(Head()), head_set(head)
-        self.client.transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": self.conversations_table,
-                        "Key": to_item({"conversation_id": record.stream, "seq": 0}),
-                        "UpdateExpression": f"SET {head_sets}, erased_customer = :c, created_at = :now",
-                        "ConditionExpression": head_if,
-                        "ExpressionAttributeValues": to_values(
-                            {**head_new, ":c": customer_id, ":now": record.created_at}
-                        ),
-                    }
-                },
-                audit.put(self.audit_table),  # type: ignore[list-item]
-            ],
-            ClientRequestToken=audit.event_id,
+        write = AuditedWrite.of(self.audit_table, Head(), [record])
+        items = write.update(
+            self.conversations_table,
+            {"conversation_id": record.stream, "seq": 0},
+            ["erased_customer = :c", "created_at = :now"],
+            values={":c": customer_id, ":now": record.created_at},
         )
-        return ErasureReport(customer_id, erased, messages, skipped, audit.event_id)
+        event_id = write.rows[0].event_id
+        self.client.transact_write_items(TransactItems=items, ClientRequestToken=event_id)  # type: ignore[arg-type]
+        return ErasureReport(customer_id, erased, messages, skipped, event_id)
 
     def _chunk_items(
         self, conversation_id: str, request: _Request, chunk: list[tuple[int, list[Block]]], head: Head
@@ -205,20 +196,13 @@ class ConversationEraser:
         now = self.now()
         items = [self.store.content_replacement(conversation_id, seq, content, now) for seq, content in chunk]
         seqs = [seq for seq, _ in chunk]
-        (record,), new_head = chain(
-            head,
-            [
-                request.record(
-                    CONVERSATION_ACTION, "erased", now, {"messages": len(seqs), "seqs": seqs}, conversation_id
-                )
-            ],
+        record = request.record(
+            CONVERSATION_ACTION, "erased", now, {"messages": len(seqs), "seqs": seqs}, conversation_id
         )
+        write = AuditedWrite.of(self.audit_table, head, [record])
         until = int(self.clock()) + self.lease_seconds
-        items.append(
-            self.store.lease_renewal(conversation_id, request.owner, until, drop_title=True, audit=(head, new_head))
-        )
-        items.append(record.put(self.audit_table))
-        return items, record, new_head
+        items.extend(self.store.lease_renewal(conversation_id, request.owner, until, write, drop_title=True))
+        return items, write.rows[0], write.head
 
     def _tombstone_messages(self, conversation_id: str, request: _Request, head: Head) -> int:
         """Tombstone what is not yet erased, chunk by chunk, each chunk audited in its own transaction."""

@@ -21,13 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
+from support_agent.audit.chain import Head
 from support_agent.errors import Conflict, NotFound
 from support_agent.ids import ulid
 from support_agent.store.approvals import Page, query_page
 from support_agent.store.audit import AuditRecord
-from support_agent.store.audit_chain import Head, chain, head_condition, head_set
+from support_agent.store.audited_write import AuditedWrite, StreamOwner
 from support_agent.store.dynamo import DynamoDBClient, cancellation_as, from_item, put_new, to_item, to_values
-from support_agent.store.records import Record, optional
+from support_agent.store.records import Record
 
 ENTITY = "HANDOFF"
 CALL_ENTITY = "HANDOFF_CALL"
@@ -35,9 +36,10 @@ HandoffStatus = Literal["OPEN", "CLOSED"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Handoff(Record):
-    """A ticket, keyed ``approval_id`` as the table is (``handoff_id`` is the same id). The lead's view
-    (api/responses.py ``Handoff.of``) is built from it."""
+class Handoff(StreamOwner):
+    """A ticket, keyed ``approval_id`` as the table is (``handoff_id`` is the same id); it owns the hand-off's
+    audit stream (``handoff#<id>``: `StreamOwner`). The lead's view (api/responses.py ``Handoff.of``) is built
+    from it."""
 
     KIND: ClassVar[str] = "hand-off"
 
@@ -53,18 +55,32 @@ class Handoff(Record):
     requested_by: str = ""
     closed_by: str | None = None
     closed_at: str | None = None
-    # The head of the hand-off's audit stream (store/audit_chain.py), which this item owns.
-    audit_n: int = optional(0)
-    audit_hash: str = optional("")
-    audit_event: str = optional("")
 
     @property
     def handoff_id(self) -> str:
         return self.approval_id
 
-    @property
-    def head(self) -> Head:
-        return Head(self.audit_n, self.audit_hash, self.audit_event)
+    def audit_row(
+        self, action: str, actor: str, outcome: str, now: str, input: Any, request_id: str | None = None
+    ) -> AuditRecord:
+        """A row of this ticket's own stream (``handoff#<id>``). With ``request_id``: the row of the tool call
+        that opened it, naming the tool and the call."""
+        opening = request_id is not None
+        return AuditRecord(
+            f"handoff#{self.handoff_id}",
+            action,
+            actor,
+            outcome,
+            self.customer_id,
+            now,
+            tool="escalate_to_human" if opening else None,
+            input=input,
+            output={"handoff_id": self.handoff_id},
+            conversation_id=self.conversation_id,
+            request_id=request_id,
+            tool_use_id=self.tool_use_id if opening else None,
+            handoff_id=self.handoff_id,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,9 +174,8 @@ class HandoffStore:
         Only a created ticket gets a per-call record: "already open" changes nothing, so a crashed
         call that got that answer is safely repaired as "not executed" and may simply run again.
         """
-        handoff_id = f"hof_{ulid()}"
         ticket = Handoff(
-            approval_id=handoff_id,
+            approval_id=f"hof_{ulid()}",
             status="OPEN",
             customer_id=customer_id,
             conversation_id=None if holder else conversation_id,
@@ -170,35 +185,19 @@ class HandoffStore:
             requested_by=actor,
             created_at=now,
         )
-        opened = AuditRecord(
-            stream=f"handoff#{handoff_id}",
-            action="handoff_opened",
-            actor=actor,
-            outcome="OPEN",
-            customer_id=customer_id,
-            created_at=now,
-            tool="escalate_to_human",
-            input={"reason": reason},
-            output={"handoff_id": handoff_id},
-            conversation_id=None if holder else conversation_id,
-            request_id=request_id,
-            tool_use_id=tool_use_id,
-            handoff_id=handoff_id,
-        )
-        # The hand-off's own stream starts here; the ticket holds its head.
-        (audit,), head = chain(Head(), [opened])
-        ticket = replace(ticket, audit_n=head.n, audit_hash=head.hash, audit_event=head.event_id)
         record = HandoffCall(
             approval_id=call_key(conversation_id, seq, tool_use_id),
-            handoff_id=handoff_id,
+            handoff_id=ticket.handoff_id,
             customer_id=customer_id,
-            conversation_id=None if holder else conversation_id,
+            conversation_id=ticket.conversation_id,
             seq=seq,
             tool_use_id=tool_use_id,
             recorded_at=now,
         )
+        # The hand-off's own stream starts here: the ticket is written holding its head.
+        write = AuditedWrite.of(self._audit, Head(), [_opened(ticket, request_id)])
         items = [
-            put_new(self.table, ticket.item(), "approval_id"),
+            *write.put(self.table, ticket.item(), "approval_id"),
             put_new(self.table, record.item(), "approval_id"),
             {
                 "Update": {
@@ -209,10 +208,9 @@ class HandoffStore:
                     "ConditionExpression": "attribute_not_exists(open_handoff_id)"
                     if holder
                     else "attribute_exists(conversation_id) AND attribute_not_exists(open_handoff_id)",
-                    "ExpressionAttributeValues": to_values({":h": handoff_id}),
+                    "ExpressionAttributeValues": to_values({":h": ticket.handoff_id}),
                 }
             },
-            audit.put(self._audit),
         ]
 
         def already_open(_codes: list[str]) -> HandoffConflict | None:
@@ -225,56 +223,42 @@ class HandoffStore:
                 self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except HandoffConflict as exc:
             return exc.current, False
-        return ticket, True
+        return replace(ticket, **write.head.attributes()), True
 
     def close(self, handoff_id: str, lead: str, now: str, note: str | None = None) -> Handoff:
         ticket = self.get(handoff_id)
         if ticket is None or ticket.status != "OPEN":
             raise _conflict(ticket)
-        record = AuditRecord(
-            stream=f"handoff#{handoff_id}",
-            action="handoff_closed",
-            actor=lead,
-            outcome="CLOSED",
-            customer_id=ticket.customer_id,
-            created_at=now,
-            input={"note": note} if note else None,
-            output={"handoff_id": handoff_id},
-            conversation_id=ticket.conversation_id,
-            handoff_id=handoff_id,
-        )
-        read = ticket.head
-        (audit,), head = chain(read, [record])
-        (head_if, head_values), (head_sets, head_new) = head_condition(read), head_set(head)
-        closed_sets, closed_names, closed_values = Handoff.assign({"closed_by": lead, "closed_at": now})
+        record = ticket.audit_row("handoff_closed", lead, "CLOSED", now, {"note": note} if note else None)
+        sets, names, values = Handoff.assign({"status": "CLOSED", "closed_by": lead, "closed_at": now})
+        items = [
+            *AuditedWrite.of(self._audit, ticket.head, [record]).update(
+                self.table,
+                {"approval_id": handoff_id},
+                sets,
+                "#st = :open",
+                {":open": "OPEN", **values},
+                {"#st": "status", **names},
+            ),
+            {
+                "Update": {
+                    "TableName": self._conversations,
+                    # the conversation's header, or an MCP ticket's holder item
+                    "Key": to_item({"conversation_id": ticket.holder or ticket.conversation_id, "seq": 0}),
+                    "UpdateExpression": "REMOVE open_handoff_id",
+                    "ConditionExpression": "open_handoff_id = :h",
+                    "ExpressionAttributeValues": to_values({":h": handoff_id}),
+                }
+            },
+        ]
         with cancellation_as(lambda _codes: _conflict(self.get(handoff_id))):
-            self._db.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self.table,
-                            "Key": to_item({"approval_id": handoff_id}),
-                            "UpdateExpression": f"SET #st = :closed, {', '.join(closed_sets)}, {head_sets}",
-                            "ConditionExpression": f"#st = :open AND {head_if}",
-                            "ExpressionAttributeNames": {"#st": "status", **closed_names},
-                            "ExpressionAttributeValues": to_values(
-                                {":closed": "CLOSED", ":open": "OPEN", **closed_values, **head_values, **head_new}
-                            ),
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self._conversations,
-                            # the conversation's header, or an MCP ticket's holder item
-                            "Key": to_item({"conversation_id": ticket.holder or ticket.conversation_id, "seq": 0}),
-                            "UpdateExpression": "REMOVE open_handoff_id",
-                            "ConditionExpression": "open_handoff_id = :h",
-                            "ExpressionAttributeValues": to_values({":h": handoff_id}),
-                        }
-                    },
-                    audit.put(self._audit),  # type: ignore[list-item]
-                ]
-            )
+            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         closed = self.get(handoff_id)
         assert closed is not None
         return closed
+
+
+def _opened(ticket: Handoff, request_id: str) -> AuditRecord:
+    """The first row of a ticket's stream: the tool call that opened it."""
+    reason = {"reason": ticket.reason}
+    return ticket.audit_row("handoff_opened", ticket.requested_by, "OPEN", ticket.created_at, reason, request_id)

@@ -61,6 +61,9 @@ def partition(conversation_id: str) -> str:
 
 
 class NotificationStore:
+    """``table`` empty: a writer that announces nowhere (a reader's ledger, a test of one store alone), whose
+    `transact` writes the items alone."""
+
     def __init__(self, client: DynamoDBClient, table: str) -> None:
         self._db = client
         self._table = table
@@ -100,8 +103,9 @@ class NotificationStore:
 
     def transact(self, items: list[dict[str, Any]], note: Notification | None) -> None:
         """TransactWriteItems of ``items`` with ``note`` in the same transaction (or ``items`` alone when there is
-        nothing to announce). Retried, counter read again, while the counter alone cancelled it; any other
-        cancellation reaches the caller as it came (its own ``cancellation_as`` maps it)."""
+        nothing to announce, or no table to announce in). Retried, counter read again, while the counter alone
+        cancelled it; any other cancellation reaches the caller as it came (its own ``cancellation_as`` maps it)."""
+        note = note if self._table else None
         for attempt in range(ATTEMPTS):
             extra = self.items(note, self.count(note.conversation_id)) if note is not None else []
             try:

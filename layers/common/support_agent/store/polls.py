@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from botocore.exceptions import ClientError
 
 from support_agent import observability as obs
-from support_agent.store.dynamo import DynamoDBClient, is_conditional_failure, to_item, to_values
+from support_agent.store.dynamo import DynamoDBClient, is_conditional_failure, to_item, to_values, update_if
 
 KEY_PREFIX = "poll#"
 WAITS_PER_CUSTOMER = 2  # a customer's page and one more (another tab or device) wait at once
@@ -65,21 +65,18 @@ class PollSlots:
         now = self._clock()
         holder = uuid.uuid4().hex
         for index in range(self.per_customer):
-            try:
-                self._db.update_item(
-                    TableName=self._table,
-                    Key=to_item({"conversation_id": partition(customer_id), "seq": index}),
-                    UpdateExpression="SET holder = :me, expires_at = :until",
-                    ConditionExpression="attribute_not_exists(expires_at) OR expires_at <= :now",
-                    ExpressionAttributeValues=to_values(
-                        {":me": holder, ":until": math.ceil(now + wait_seconds + HOLD_MARGIN), ":now": math.floor(now)}
-                    ),
-                )
-            except ClientError as exc:
-                if not is_conditional_failure(exc):
-                    raise
-                continue  # held by another poll of the customer's: the next one
-            return Slot(customer_id, index, holder)
+            if update_if(
+                self._db,
+                TableName=self._table,
+                Key=to_item({"conversation_id": partition(customer_id), "seq": index}),
+                UpdateExpression="SET holder = :me, expires_at = :until",
+                ConditionExpression="attribute_not_exists(expires_at) OR expires_at <= :now",
+                ExpressionAttributeValues=to_values(
+                    {":me": holder, ":until": math.ceil(now + wait_seconds + HOLD_MARGIN), ":now": math.floor(now)}
+                ),
+            ):
+                return Slot(customer_id, index, holder)
+            # held by another poll of the customer's: the next one
         return None
 
     def release(self, slot: Slot) -> None:

@@ -38,6 +38,7 @@ from support_agent.store.dynamo import (
     is_conditional_failure,
     to_item,
     to_values,
+    update_if,
 )
 from support_agent.store.notifications import Notification, NotificationStore
 from support_agent.store.records import Codec, Record, optional, stored
@@ -280,17 +281,14 @@ class TurnStore:
             {":st": "refused", ":code": status, ":body": _pack(body), ":now": now},
         )
         if key is not None:
-            try:
-                self._db.update_item(
-                    TableName=self._table,
-                    Key=to_item(self._key_key(turn.customer_id, key)),
-                    UpdateExpression="SET released = :yes",
-                    ConditionExpression="turn_id = :t",
-                    ExpressionAttributeValues=to_values({":yes": True, ":t": turn.turn_id}),
-                )
-            except ClientError as exc:
-                if not is_conditional_failure(exc):
-                    raise
+            update_if(  # the key another turn's already: nothing to release
+                self._db,
+                TableName=self._table,
+                Key=to_item(self._key_key(turn.customer_id, key)),
+                UpdateExpression="SET released = :yes",
+                ConditionExpression="turn_id = :t",
+                ExpressionAttributeValues=to_values({":yes": True, ":t": turn.turn_id}),
+            )
 
     # -- the hand-over (agent/handover.py) and the worker's take-over (agent/lifecycle.py) -------------
 
@@ -377,20 +375,17 @@ class TurnStore:
     def restarted(self, turn: Turn, check_after: int, now_epoch: int, *, count: bool = True) -> None:
         """The sweep sent the turn again (``count``) or found it moving: not checked again for ``check_after``
         seconds. A turn that ended meanwhile is left as it is."""
-        try:
-            self._db.update_item(
-                TableName=self._table,
-                Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
-                UpdateExpression="SET lease_check_at = :check ADD restarts :n",
-                ConditionExpression="#st = :running",
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=to_values(
-                    {":check": now_epoch + check_after, ":n": int(count), ":running": "running"}
-                ),
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
+        update_if(
+            self._db,
+            TableName=self._table,
+            Key=to_item(self._turn_key(turn.conversation_id, turn.turn_id)),
+            UpdateExpression="SET lease_check_at = :check ADD restarts :n",
+            ConditionExpression="#st = :running",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=to_values(
+                {":check": now_epoch + check_after, ":n": int(count), ":running": "running"}
+            ),
+        )
 
     def _set(self, turn: Turn, update: str, values: dict[str, Any], also: str = "") -> None:
         """An update of a running turn's record (and ``also``, a further condition)."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from support_agent.store.audit import Streams
 from support_agent.store.handoffs import HandoffStore
 from support_agent.tools.registry import Tool, ToolContext
 
@@ -23,6 +24,11 @@ def _view(handoff_id: str, created: bool, origin: str = "chat") -> dict[str, Any
         "handoff_id": handoff_id,
         "message": f"A support teammate will follow up {where}.",
     }
+
+
+def _streams(result: dict[str, Any], ctx: ToolContext) -> Streams:
+    """The ticket's stream (``handoff#<id>``): the one this call opened, or the one already open."""
+    return Streams(handoff_id=result["handoff_id"])
 
 
 def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
@@ -57,5 +63,6 @@ def handoff_tools(store: HandoffStore) -> list[Tool[Any]]:
             EscalateInput,
             escalate,
             recorded=recorded,
+            streams=_streams,
         )
     ]

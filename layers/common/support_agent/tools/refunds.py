@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.refunds import OrderNotFound, RefundDesk, RefundRefused, RefundSettler, RefundWriter
+from support_agent.refunds import OrderNotFound, RefundDesk, RefundRefused, RefundSettler, RefundWriter, streams_of
 from support_agent.store.customer_data import CustomerDataStore
 from support_agent.tools.orders import not_found
 from support_agent.tools.registry import Tool, ToolContext, ToolError
@@ -52,4 +52,13 @@ def refund_tools(
         except RefundRefused as refused:
             raise ToolError(str(refused)) from None
 
-    return [Tool("request_refund", DESCRIPTION, RequestRefundInput, request_refund, recorded=desk.recorded)]
+    return [
+        Tool(
+            "request_refund",
+            DESCRIPTION,
+            RequestRefundInput,
+            request_refund,
+            recorded=desk.recorded,
+            streams=streams_of,  # the approval, or the direct refund's key: what the answer says was written
+        )
+    ]

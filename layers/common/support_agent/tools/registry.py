@@ -8,13 +8,14 @@ from the verified principal through `ToolContext`, never from its input.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from support_agent.auth import Principal
 from support_agent.messages import Deadline
+from support_agent.store.audit import Streams
 
 In = TypeVar("In", bound=BaseModel)
 
@@ -54,6 +55,9 @@ class ToolOutcome:
     result: dict[str, Any]
     is_error: bool
     outcome: str  # ok | error | invalid_input | unknown_tool | not_executed | limit | recorded
+    # The audit streams the call's effect wrote (an approval, a hand-off, a refund key), as its tool says
+    # (`Tool.streams`): the call's audit row names them, whoever writes it (the loop, the MCP server).
+    streams: Streams = field(default_factory=Streams)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,13 @@ class Tool(Generic[In]):
     # the call's key in the context alone, never by the stored input (erasure blanks it, a stricter
     # input model may refuse it, and "not executed" would then make the model run the effect again).
     recorded: Callable[[ToolContext], dict[str, Any] | None] | None = None
+    # For tools with an effect: the audit streams a result (new or recorded) says the call wrote.
+    streams: Callable[[dict[str, Any], ToolContext], Streams] | None = None
+
+    def outcome(self, result: dict[str, Any], ctx: ToolContext, outcome: str) -> ToolOutcome:
+        """``result`` as the call's outcome (an error when it carries one), with the streams it wrote."""
+        streams = self.streams(result, ctx) if self.streams is not None else Streams()
+        return ToolOutcome(result, bool(result.get("error")), outcome, streams)
 
     def spec(self) -> dict[str, Any]:
         schema = self.input_model.model_json_schema()
@@ -138,9 +149,8 @@ class ToolRegistry:
             result = tool.run(args, ctx)
         except ToolError as exc:
             return ToolOutcome({"error": str(exc)}, True, "error")
-        if result.get("error"):  # a refusal recorded with its details (a refund the provider refused)
-            return ToolOutcome(result, True, "error")
-        return ToolOutcome(result, False, "ok")
+        # A refusal recorded with its details (a refund the provider refused) is an error, and wrote its streams.
+        return tool.outcome(result, ctx, "error" if result.get("error") else "ok")
 
     def recorded(self, name: str, ctx: ToolContext) -> ToolOutcome | None:
         """What a call that may have run before a crash did, if it left a record: by
@@ -149,4 +159,4 @@ class ToolRegistry:
         if tool is None or tool.recorded is None:
             return None
         result = tool.recorded(ctx)
-        return None if result is None else ToolOutcome(result, bool(result.get("error")), "recorded")
+        return None if result is None else tool.outcome(result, ctx, "recorded")

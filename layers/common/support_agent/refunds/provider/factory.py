@@ -7,12 +7,12 @@ read) until the first refund call, so a cold start that refunds nothing pays not
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from support_agent.config import Settings
 from support_agent.messages import Deadline
-from support_agent.refunds.provider.port import PaymentProvider, ProviderRefund
+from support_agent.refunds.provider.port import PaymentProvider, ProviderRefund, RefundAttempt
 
 if TYPE_CHECKING:  # httpx itself only with the Stripe adapter: the lead API never loads it otherwise
     import httpx
@@ -47,17 +47,8 @@ class LazyProvider:
                 self._provider = self._build()
             return self._provider
 
-    def refund(
-        self,
-        attempt_key: str,
-        payment_intent: str,
-        amount: int,
-        currency: str,
-        metadata: Mapping[str, str],
-        *,
-        deadline: Deadline | None = None,
-    ) -> ProviderRefund:
-        return self.provider.refund(attempt_key, payment_intent, amount, currency, metadata, deadline=deadline)
+    def refund(self, attempt: RefundAttempt, *, deadline: Deadline | None = None) -> ProviderRefund:
+        return self.provider.refund(attempt, deadline=deadline)
 
     def find(self, refund_key: str, payment_intent: str, *, deadline: Deadline | None = None) -> ProviderRefund | None:
         return self.provider.find(refund_key, payment_intent, deadline=deadline)

@@ -16,10 +16,9 @@ What it answers, honestly:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 
 from support_agent.messages import Deadline
-from support_agent.refunds.provider.port import ProviderRefund, ProviderRefused, check_amount, refund_metadata
+from support_agent.refunds.provider.port import ProviderRefund, ProviderRefused, RefundAttempt
 
 
 def ledger_refund_id(refund_key: str) -> str:
@@ -30,24 +29,14 @@ def ledger_refund_id(refund_key: str) -> str:
 class LedgerOnly:
     name = "none"
 
-    def refund(
-        self,
-        attempt_key: str,
-        payment_intent: str,
-        amount: int,
-        currency: str,
-        metadata: Mapping[str, str],
-        *,
-        deadline: Deadline | None = None,
-    ) -> ProviderRefund:
-        check_amount(amount)
-        meta = refund_metadata(attempt_key, metadata)  # validated as Stripe would, so `none` hides no bad call
+    def refund(self, attempt: RefundAttempt, *, deadline: Deadline | None = None) -> ProviderRefund:
+        meta = attempt.stored_metadata()  # validated as Stripe would, so `none` hides no bad call
         return ProviderRefund(
             id=ledger_refund_id(meta["refund_key"]),
             status="succeeded",
-            amount=amount,
-            currency=currency.lower(),
-            payment_intent=payment_intent,
+            amount=attempt.amount,
+            currency=attempt.currency.lower(),
+            payment_intent=attempt.payment_intent,
             metadata=meta,
         )
 

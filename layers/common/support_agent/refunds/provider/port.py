@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -126,22 +127,32 @@ class ProviderUnavailable(PaymentError):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class RefundAttempt:
+    """One attempt at a refund, as every adapter is asked it: ``amount`` (minor units, checked when built) of
+    ``payment_intent``, idempotently by ``key``, the attempt key. ``metadata``: the caller's, stored with it."""
+
+    key: str
+    payment_intent: str
+    amount: int
+    currency: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_amount(self.amount)
+
+    def stored_metadata(self) -> dict[str, str]:
+        """What the provider stores with the refund (`refund_metadata`): ``ValueError`` when it cannot be."""
+        return refund_metadata(self.key, self.metadata)
+
+
 class PaymentProvider(Protocol):
     """Refunds at a payment provider. ``deadline``: no attempt, and no wait between attempts, crosses it."""
 
     name: str
 
-    def refund(
-        self,
-        attempt_key: str,
-        payment_intent: str,
-        amount: int,
-        currency: str,
-        metadata: Mapping[str, str],
-        *,
-        deadline: Deadline | None = None,
-    ) -> ProviderRefund:
-        """Refund ``amount`` (minor units) of ``payment_intent``, idempotently by ``attempt_key``."""
+    def refund(self, attempt: RefundAttempt, *, deadline: Deadline | None = None) -> ProviderRefund:
+        """Make ``attempt``'s refund, idempotently by its attempt key."""
         ...
 
     def find(self, refund_key: str, payment_intent: str, *, deadline: Deadline | None = None) -> ProviderRefund | None:

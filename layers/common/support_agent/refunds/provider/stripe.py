@@ -26,13 +26,7 @@ from pydantic import BaseModel, ValidationError
 from support_agent.config import Settings
 from support_agent.messages import Deadline
 from support_agent.outbound import http_client
-from support_agent.refunds.provider.port import (
-    OutcomeUnknown,
-    ProviderRefund,
-    ProviderUnavailable,
-    check_amount,
-    refund_metadata,
-)
+from support_agent.refunds.provider.port import OutcomeUnknown, ProviderRefund, ProviderUnavailable, RefundAttempt
 from support_agent.refunds.provider.stripe_retry import StripePolicy, call
 
 log = logging.getLogger(__name__)
@@ -89,26 +83,16 @@ class StripeProvider:
     def close(self) -> None:
         self._http.close()
 
-    def refund(
-        self,
-        attempt_key: str,
-        payment_intent: str,
-        amount: int,
-        currency: str,
-        metadata: Mapping[str, str],
-        *,
-        deadline: Deadline | None = None,
-    ) -> ProviderRefund:
+    def refund(self, attempt: RefundAttempt, *, deadline: Deadline | None = None) -> ProviderRefund:
         """Stripe takes the currency from the payment intent (``currency`` is for customer-balance refunds
         only), so it is not sent; a refund in another currency than the ledger's is logged as an error."""
-        check_amount(amount)
-        if not payment_intent:
+        if not attempt.payment_intent:
             raise ValueError("a Stripe refund names its payment intent")
-        body = refund_form(payment_intent, amount, refund_metadata(attempt_key, metadata))
+        body = refund_form(attempt.payment_intent, attempt.amount, attempt.stored_metadata())
         headers = {
             **self._headers(),
             "Content-Type": "application/x-www-form-urlencoded",
-            "Idempotency-Key": attempt_key,
+            "Idempotency-Key": attempt.key,
         }
         request = self._http.build_request("POST", f"{self.base_url}/v1/refunds", content=body, headers=headers)
         data = call(self._http, request, self.policy, deadline, write=True)
@@ -116,14 +100,15 @@ class StripeProvider:
             refund = ProviderRefund.model_validate(data)
         except ValidationError as exc:  # a 200 we cannot read: the refund was probably made
             raise OutcomeUnknown(f"unreadable refund in Stripe's answer: {exc.error_count()} errors") from None
-        if refund.currency != currency.lower() or refund.amount != amount:
+        currency = attempt.currency.lower()
+        if refund.currency != currency or refund.amount != attempt.amount:
             log.error(
                 "Stripe refund %s is %d %s, the ledger asked for %d %s",
                 refund.id,
                 refund.amount,
                 refund.currency,
-                amount,
-                currency.lower(),
+                attempt.amount,
+                currency,
             )
         return refund
 

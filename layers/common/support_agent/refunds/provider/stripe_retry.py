@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random as _random
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +23,7 @@ import httpx
 
 from support_agent.config import Settings
 from support_agent.messages import Deadline
-from support_agent.outbound import attempt_timeout, full_jitter
+from support_agent.outbound import AttemptPolicy
 from support_agent.refunds.provider.port import (
     DEFAULT_RETRY_AFTER,
     OutcomeUnknown,
@@ -42,17 +39,13 @@ NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.U
 
 
 @dataclass(frozen=True)
-class StripePolicy:
-    """Attempts, backoff (full jitter) and timeouts; ``sleep`` and ``random`` are here so tests never wait."""
+class StripePolicy(AttemptPolicy):
+    """Stripe's attempts, backoff (full jitter) and timeouts: these numbers, the rest `AttemptPolicy`'s."""
 
     max_retries: int = 2
-    connect_timeout: float = 3.0
     read_timeout: float = 10.0
-    backoff_base: float = 0.5
     backoff_cap: float = 4.0
     max_retry_after: float = 10.0  # a longer Retry-After ends the call: the caller retries later
-    sleep: Callable[[float], None] = time.sleep
-    random: Callable[[], float] = _random.random
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StripePolicy:
@@ -61,12 +54,6 @@ class StripePolicy:
             connect_timeout=settings.stripe_connect_timeout,
             read_timeout=settings.stripe_read_timeout,
         )
-
-    def backoff(self, retry: int) -> float:
-        return full_jitter(self.random, retry, self.backoff_base, self.backoff_cap)
-
-    def timeout(self, deadline: Deadline | None) -> httpx.Timeout:
-        return attempt_timeout(self.connect_timeout, self.read_timeout, deadline)
 
 
 class _Repeat(Exception):

@@ -1,9 +1,10 @@
 """The hash chain of an audit stream: canonical encoding (version 1), chaining and verification.
 
-Each stream (a conversation, ``approval#…``, ``handoff#…``, ``refund#…``, ``erasure#…``) has one writer,
-whose item carries the stream's head (``audit_n``, ``audit_hash``). A writer chains its new rows onto the
-head it read (`chain`) and advances the head in the same TransactWriteItems as the rows, conditioned on
-that head (`head_condition`, `head_set`): two writers racing cannot fork a stream, one transaction fails.
+Each stream (a conversation, ``approval#…``, ``handoff#…``, ``refund#…``, ``erasure#…``, ``mcp#…``) has one
+owner item, which carries the stream's head (``audit_n``, ``audit_hash``, ``audit_event``). A writer chains its
+new rows onto the head it read (`chain`) and advances the head in the same TransactWriteItems as the rows,
+conditioned on that head: two writers racing cannot fork a stream, one transaction fails. That splice is
+written once, by store/audited_write.py (`AuditedWrite`), which every writer uses; this module is the pure part.
 
 Encoding, version 1 (``v: 1`` on every row):
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from support_agent.store.audit import AuditRecord
+    from support_agent.store.audit import AuditRecord  # the rows' type only: nothing here imports a store
 
 VERSION = 1
 KEY_FIELDS = frozenset({"stream", "event_id"})
@@ -76,30 +77,6 @@ class Head:
     def attributes(self) -> dict[str, Any]:
         """The owner item's attributes for a new item written with its stream's first rows."""
         return {"audit_n": self.n, "audit_hash": self.hash, "audit_event": self.event_id} if self.n else {}
-
-
-def head_condition(read: Head) -> tuple[str, dict[str, Any]]:
-    """The owner item's condition: its head is still the one the writer read; and its values."""
-    if read.n == 0:
-        return "attribute_not_exists(audit_n)", {}
-    return "audit_n = :audit_n_read AND audit_hash = :audit_hash_read", {
-        ":audit_n_read": read.n,
-        ":audit_hash_read": read.hash,
-    }
-
-
-def head_set(new: Head) -> tuple[str, dict[str, Any]]:
-    """The SET assignments (without ``SET``) advancing the owner item's head, and their values."""
-    return "audit_n = :audit_n_new, audit_hash = :audit_hash_new, audit_event = :audit_event_new", {
-        ":audit_n_new": new.n,
-        ":audit_hash_new": new.hash,
-        ":audit_event_new": new.event_id,
-    }
-
-
-def head_after(read: Head, records: Sequence[AuditRecord]) -> Head:
-    """The head once ``records`` (chained after ``read``) are written."""
-    return Head(int(records[-1].n or 0), str(records[-1].hash), records[-1].event_id) if records else read
 
 
 def chain(head: Head, records: Sequence[AuditRecord]) -> tuple[list[AuditRecord], Head]:
@@ -159,7 +136,7 @@ def verify(rows: Sequence[Mapping[str, Any]], head: Head, sealed: Head | None = 
     the chain started, or a row beyond the head → ``inserted``; ``n`` out of key order → ``reordered``;
     the last row's hash not the head's (the chain rewritten from some row on) → ``changed``.
 
-    ``sealed`` (store/audit_seal.py) is out of reach of whoever can write the table: a chain rewritten from
+    ``sealed`` (audit/seal.py) is out of reach of whoever can write the table: a chain rewritten from
     some row on *with* its owner's head still fails there — the sealed position's row hashing otherwise →
     ``changed`` (reported at that row: the rewrite began at or before it), no row at that position →
     ``missing``. Rows after the sealed head are covered by the owner's head alone until they are sealed.

@@ -4,7 +4,7 @@ Whoever can write the audit table can rewrite a stream's rows *and* its owner's 
 chain alone would still verify. The seal is out of that reach: the seal function (functions/audit_seal) reads
 the audit table's stream and puts each new head as an object nobody can change or delete before its
 retention ends, not even the account's root user. Verification then checks the chain against the latest
-sealed head too (`audit_chain.verify`'s ``sealed``).
+sealed head too (`chain.verify`'s ``sealed``).
 
 One object per (stream, head), never overwritten: ``heads/<stream>/<10^12 - n, 12 digits>.json``. The
 inverted ``n`` makes the newest head the first key of its prefix, so the reader lists one page of versions
@@ -24,14 +24,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from support_agent import observability as obs
-from support_agent.store.audit_chain import Head
-from support_agent.store.dynamo import from_item
+from support_agent.audit.chain import Head
 
 PREFIX = "heads/"
 _N_LIMIT = 10**12
+# A stream record's image as DynamoDB typed it (numbers as Decimal: `newest_heads` takes their int). boto3's own
+# reader, not store/dynamo.py's: this package sits below the stores and imports none of them.
+_IMAGE = TypeDeserializer()
 
 
 def key(stream: str, n: int) -> str:
@@ -172,7 +175,7 @@ def seal_records(records: Iterable[Mapping[str, Any]], writer: SealWriter) -> li
         ddb = record.get("dynamodb") or {}
         if record.get("eventName") != "INSERT" or not ddb.get("NewImage"):
             continue
-        row = from_item(ddb["NewImage"])
+        row = {name: _IMAGE.deserialize(value) for name, value in ddb["NewImage"].items()}
         rows.append(row)
         first_seq.setdefault(str(row.get("stream")), str(ddb.get("SequenceNumber")))
     failed: list[str] = []
