@@ -42,7 +42,7 @@ from support_agent.ids import ulid
 from support_agent.refunds.keys import MCP_SCOPE, mcp_refund_key
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audited_write import AuditedWrite
-from support_agent.store.dynamo import error_code, from_item, is_conditional_failure, to_item, to_values
+from support_agent.store.dynamo import error_code, from_item, to_item, to_values, update_if
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -99,20 +99,15 @@ def binding(name: str, arguments: Mapping[str, Any]) -> str:
 def bind_key(services: McpServices, customer_id: int, idempotency_key: str, name: str, bound: str) -> bool:
     """True when the key is new (bound now) or already bound to ``bound``; False when another call holds it. One
     conditional UpdateItem (McpFunction may not PutItem): of two different calls racing on a key, one binds it."""
-    try:
-        services.ddb.update_item(
-            TableName=services.conversations_table,
-            Key=to_item(key_item(customer_id, idempotency_key)),
-            UpdateExpression="SET #b = :b, #t = :t, #at = if_not_exists(#at, :at)",  # the same binding: the same tool
-            ConditionExpression="attribute_not_exists(#b) OR #b = :b",
-            ExpressionAttributeNames={"#b": "binding", "#t": "tool", "#at": "bound_at"},
-            ExpressionAttributeValues=to_values({":b": bound, ":t": name[:64], ":at": services.now()}),
-        )
-    except ClientError as exc:
-        if is_conditional_failure(exc):
-            return False
-        raise
-    return True
+    return update_if(
+        services.ddb,
+        TableName=services.conversations_table,
+        Key=to_item(key_item(customer_id, idempotency_key)),
+        UpdateExpression="SET #b = :b, #t = :t, #at = if_not_exists(#at, :at)",  # the same binding: the same tool
+        ConditionExpression="attribute_not_exists(#b) OR #b = :b",
+        ExpressionAttributeNames={"#b": "binding", "#t": "tool", "#at": "bound_at"},
+        ExpressionAttributeValues=to_values({":b": bound, ":t": name[:64], ":at": services.now()}),
+    )
 
 
 def tool_definitions(registry: ToolRegistry) -> list[dict[str, Any]]:

@@ -9,7 +9,8 @@ released, or past its ``expires_at``). A poll that finds every slot taken does n
 at once. The slot is released when its poll answers; one whose poll died (a timeout, a crash) frees itself at
 ``expires_at`` — the poll's wait plus HOLD_MARGIN, so a live poll never loses its slot — which is also the table's
 TTL attribute, so released slots are deleted. No item here carries ``customer_id`` or ``updated_at`` (the
-conversation list never shows one); EventsFunction may update only ``poll#`` and ``rate#`` items (LeadingKeys).
+conversation list never shows one); EventsFunction may update only ``poll#`` and ``rate#reads#`` items
+(LeadingKeys).
 """
 
 from __future__ import annotations
