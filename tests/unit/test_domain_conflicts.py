@@ -14,12 +14,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from support_agent.approvals.decisions import ApprovalDecisions
+from support_agent.auth import Principal
 from support_agent.contract import error_body, status_and_code
 from support_agent.errors import Conflict, NotFound
 from support_agent.refunds.requests import RefundRace, RefundRequest, RefundWriter
 from support_agent.store.approvals import Approval, ApprovalStore, ReservationMissing, StateConflict
 from support_agent.store.dynamo import CONDITION_FAILED, cancellation_as
 from support_agent.store.handoffs import HandoffConflict, HandoffStore
+from support_agent.store.takeover import Takeover
 from tests.support.approval_items import approval_item, handoff_item
 from tests.support.ledger import direct_row
 from tests.support.recording import RecordingDynamo, cancelled
@@ -125,16 +127,18 @@ def test_a_refund_cancellation_is_a_race_that_knows_whether_the_call_was_recorde
 
 def test_closing_a_closed_or_unknown_hand_off_is_a_409_or_a_404() -> None:
     db = RecordingDynamo(items={"Approvals": {**TICKET, "status": "CLOSED"}})
-    store = HandoffStore(db, "Approvals", "Conversations", "Audit")
+    takeover = Takeover(db, "Approvals", "Conversations", "Audit")
+    lead = Principal("lead-1", "support_lead")
     with pytest.raises(HandoffConflict) as closed:
-        store.close("hof_1", "lead-1", "t")
+        takeover.close("hof_1", lead, "t")
     assert status_and_code(closed.value) == (409, "conflict") and closed.value.message == "hand-off is CLOSED"
     db.items.clear()
     with pytest.raises(NotFound, match="hand-off not found"):
-        store.close("hof_1", "lead-1", "t")
-    db.items["Approvals"], db.fail = TICKET, lambda _items: cancelled([CCF, OK, OK])  # a lead closed it meanwhile
+        takeover.close("hof_1", lead, "t")
+    # a lead closed it meanwhile (the ticket's own update failed; then the header's, the notification's counter...)
+    db.items["Approvals"], db.fail = TICKET, lambda _items: cancelled([CCF, OK, OK, OK, OK])
     with pytest.raises(HandoffConflict, match="hand-off is OPEN"):  # read back as it is (here: unchanged)
-        store.close("hof_1", "lead-1", "t")
+        takeover.close("hof_1", lead, "t")
 
 
 def test_opening_where_one_is_open_answers_that_one_and_otherwise_the_cancellation_stands() -> None:

@@ -282,22 +282,30 @@ def test_cache_control_never_stored_and_history_verbatim(harness: Harness) -> No
 
 
 def test_escalate_to_human_one_open_ticket_per_conversation(harness: Harness) -> None:
-    from support_agent.store.handoffs import HandoffStore
+    from support_agent.agent.loop import KeptForPerson
+    from support_agent.auth import Principal
+    from support_agent.store.takeover import Takeover
 
     h = harness
     h.model.script = [
         tools(tool_use("escalate_to_human", {"reason": "wants a person"})),
+        tools(tool_use("escalate_to_human", {"reason": "again"})),
         answer("A teammate will follow up."),
     ]
     r = h.turn("I want to talk to a human")
     first = r.trace[0]["toolCalls"][0]["result"]
     assert first["status"] == "HANDOFF_OPENED" and first["handoff_id"].startswith("hof_")
-    h.model.script = [tools(tool_use("escalate_to_human", {"reason": "again"})), answer("Already on it.")]
-    again = h.turn("hello??", r.conversation_id).trace[0]["toolCalls"][0]["result"]
+    again = r.trace[1]["toolCalls"][0]["result"]
     assert again == {**first, "status": "HANDOFF_ALREADY_OPEN"}
-    store = HandoffStore(h.ddb, h.settings.approvals_table, h.settings.conversations_table, h.settings.audit_table)
-    closed = store.close(first["handoff_id"], "lead-1", "2026-12-02T12:00:00Z")
-    assert closed.status == "CLOSED"
+    # While it is open the model is not called: the customer's message is kept for the person.
+    calls = len(h.model.requests)
+    kept = h.turn("hello??", r.conversation_id)
+    assert isinstance(kept, KeptForPerson) and kept.handoff_id == first["handoff_id"] and not kept.assigned
+    assert len(h.model.requests) == calls
+    s = h.settings
+    takeover = Takeover(h.ddb, s.approvals_table, s.conversations_table, s.audit_table)
+    closed = takeover.close(first["handoff_id"], Principal("lead-1", "support_lead"), "2026-12-02T12:00:00Z")
+    assert closed.status == "CLOSED" and closed.closed_as == "closed"
     h.model.script = [tools(tool_use("escalate_to_human", {"reason": "new issue"})), answer("ok")]
     third = h.turn("one more thing", r.conversation_id).trace[0]["toolCalls"][0]["result"]
     assert third["status"] == "HANDOFF_OPENED" and third["handoff_id"] != first["handoff_id"]

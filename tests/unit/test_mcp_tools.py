@@ -14,7 +14,7 @@ from support_agent.refunds.requests import held_sk
 from support_agent.store.approvals import ApprovalStore
 from support_agent.store.audit import AuditStore
 from support_agent.store.dynamo import to_item
-from support_agent.store.handoffs import HandoffStore
+from support_agent.store.takeover import Takeover
 from support_agent.tools.registry import ToolOutcome
 from support_agent.wiring import build_mcp_services
 from tests.reliability.checks import World, check_money
@@ -276,8 +276,8 @@ def test_escalate_without_a_key_reuses_the_open_handoff(harness: Harness, mcp: M
     assert call(mcp, 8, "escalate_to_human", {"reason": "me too"}).result["handoff_id"] != first.result["handoff_id"]
     # Closing it frees the customer's slot.
     s = harness.settings
-    HandoffStore(harness.ddb, s.approvals_table, s.conversations_table, s.audit_table).close(
-        first.result["handoff_id"], "lead-1", "2026-12-01T00:00:00Z"
+    Takeover(harness.ddb, s.approvals_table, s.conversations_table, s.audit_table).close(
+        first.result["handoff_id"], Principal("lead-1", "support_lead"), "2026-12-01T00:00:00Z"
     )
     third = call(mcp, 7, "escalate_to_human", {"reason": "again"})
     assert third.result["status"] == "HANDOFF_OPENED" and third.result["handoff_id"] != first.result["handoff_id"]

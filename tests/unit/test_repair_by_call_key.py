@@ -13,12 +13,15 @@ import pytest
 from pydantic import Field
 
 from support_agent.agent import history as hist
+from support_agent.agent.loop import KeptForPerson
+from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.llm.base import LlmResponse
 from support_agent.messages import Message
 from support_agent.store.dynamo import from_item
 from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
+from support_agent.store.takeover import Takeover
 from support_agent.tools import refunds
 from support_agent.tools.refunds import RequestRefundInput
 from support_agent.wiring import build_registry
@@ -137,7 +140,11 @@ def test_crashed_hand_off_repairs_as_opened_after_the_lead_closed_it(harness: Ha
     store = HandoffStore(h.ddb, h.settings.approvals_table, h.settings.conversations_table, h.settings.audit_table)
     ticket = store.open_for(cid)
     assert ticket is not None and ticket.tool_use_id == call["id"]
-    store.close(ticket.handoff_id, "lead-1", "2026-12-02T12:00:00Z")
+    s = h.settings
+    lead = Principal("lead-1", "support_lead")
+    Takeover(h.ddb, s.approvals_table, s.conversations_table, s.audit_table).close(
+        ticket.handoff_id, lead, "2026-12-02T12:00:00Z"
+    )
     if erased:
         erase(h)
     seen: list[dict[str, Any]] = []
@@ -161,15 +168,16 @@ def test_crashed_hand_off_repairs_as_opened_after_the_lead_closed_it(harness: Ha
 def test_already_open_answer_has_no_record_and_repairs_as_not_executed(harness: Harness) -> None:
     """HANDOFF_ALREADY_OPEN changes nothing, so calling it again is safe: no per-call record is written."""
     h = harness
-    h.model.script = [tools(tool_use("escalate_to_human", {"reason": "a person"})), answer("ok")]
-    cid = h.turn("human please").conversation_id
-    before = h.ddb.scan(TableName=h.settings.approvals_table)["Count"]
     call = tool_use("escalate_to_human", {"reason": "again"})
-    h.model.script = [tools(call), answer("unused")]
-    h.crash_at = {"after_tool:0"}
+    # One turn asks twice: the second call answers "already open" and the process dies right after it.
+    h.model.script = [tools(tool_use("escalate_to_human", {"reason": "a person"})), tools(call), answer("unused")]
+    h.model.on_call = lambda: h.crash_at.add("after_tool:0") if len(h.model.requests) == 2 else None
     with pytest.raises(Crash):
-        h.turn("hello??", cid)
+        h.turn("human please")
+    cid = h.conversations.list_for_customer(7)[0][0].conversation_id
+    before = h.ddb.scan(TableName=h.settings.approvals_table)["Count"]
+    h.model.on_call = None
+    # The hand-off is open: the next message is kept for the person, after the crashed call is repaired.
+    assert isinstance(h.turn("anyone?", cid), KeptForPerson)
     assert h.ddb.scan(TableName=h.settings.approvals_table)["Count"] == before
-    h.model.script = [answer("A teammate is on it.")]
-    h.turn("anyone?", cid)
     assert call_audit(h, cid, call["id"]) == [("tool_call", "not_executed")]

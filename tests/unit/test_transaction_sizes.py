@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from support_agent.agent.model_output import MAX_TOOL_USES
+from support_agent.auth import Principal
 from support_agent.config import Settings
 from support_agent.refunds.ledger import RefundLedger
 from support_agent.refunds.ledger_row import By, Outcome
@@ -23,6 +24,7 @@ from support_agent.refunds.requests import RefundRequest, RefundWriter
 from support_agent.store.approvals import Approval, ApprovalStore
 from support_agent.store.erasure import ConversationEraser
 from support_agent.store.handoffs import HandoffStore
+from support_agent.store.takeover import Takeover
 from support_agent.store.turns import TurnStore
 from tests.support.approval_items import approval_item, handoff_item
 from tests.support.harness import Crash, Harness, make_harness
@@ -45,7 +47,7 @@ COVERED = {
     # (fail_unstarted, record, fail_late), test_approval_decisions (approve, retry, reject/expire/release: without a
     # conversations table, the items alone) and turns.py's turn.failed
     "store/notifications.py": 1,
-    "store/handoffs.py": 2,  # open, close: test_hand_offs
+    "store/takeover.py": 1,  # a person's reply (its changes of owner go through notifications.py's): test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
     "store/turns.py": 2,  # a turn's claim (record + key), the worker's take-over (header + check): test_turn_claim
     "mcp/our_tools.py": 1,  # an MCP call's audit row with its stream's head: test_mcp_audit
@@ -195,8 +197,24 @@ def test_hand_offs() -> None:
         now="t",
     )
     db.items["Approvals"] = handoff_item(conversation_id=CID)
-    store.close("hof_1", "lead-1", "t")
-    assert len(db.transactions) == COVERED["store/handoffs.py"]
+    db.items["Conversations"] = {
+        "conversation_id": CID,
+        "seq": 0,
+        "customer_id": 7,
+        "next_seq": 4,
+        "open_handoff_id": "hof_1",
+    }
+    takeover = Takeover(db, "Approvals", "Conversations", "Audit")
+    staff = Principal("agent-1", "support_staff", name="Sam")
+    takeover.claim("hof_1", staff, "2026-12-04T12:00:00Z")  # ticket + row, header, counter + notification
+    db.items["Approvals"] = handoff_item(conversation_id=CID, status="ASSIGNED", assignee="agent-1")
+    db.items["Conversations"] = {**db.items["Conversations"], "answerer": "person:agent-1"}
+    header_only = db.get_item
+    # a new Idempotency-Key: the double answers its one Conversations item for any key, so the key's read is empty
+    db.get_item = lambda **kw: {} if "idem#" in str(kw["Key"]) else header_only(**kw)  # type: ignore[method-assign]
+    takeover.reply("hof_1", staff, "hello", "2026-12-04T12:00:00Z", key="k")  # ticket + row, message, header, key
+    # open (ticket + row, call record, header, counter + notification), claim, reply
+    assert [len(t) for t in db.transactions] == [6, 5, 5]
     assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)
 
 

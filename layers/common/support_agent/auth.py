@@ -28,8 +28,12 @@ from support_agent.errors import NotPermitted, Unauthenticated
 
 log = logging.getLogger(__name__)
 
-Role = Literal["customer", "support_lead"]
-ROLES: tuple[Role, ...] = ("customer", "support_lead")
+Role = Literal["customer", "support_staff", "support_lead"]
+ROLES: tuple[Role, ...] = ("customer", "support_staff", "support_lead")
+STAFF_ROLES: tuple[Role, ...] = ("support_staff", "support_lead")
+"""Who may work the hand-off inbox: support staff, and leads (who have every right staff have)."""
+MAX_NAME_CHARS = 64
+"""A display name (the ``name`` claim) longer than this is cut: it is shown to customers ("Dana from support")."""
 
 MAX_TOKEN_BYTES = 8 * 1024
 """Tokens above this are rejected before any parsing: no legitimate token is that large."""
@@ -55,6 +59,11 @@ class Principal:
     sub: str
     role: Role
     customer_id: int | None = None
+    name: str = ""  # the ``name`` claim, for a person shown to a customer; empty: none given
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.sub
 
 
 # --- JWKS cache -------------------------------------------------------------------------------------------
@@ -200,18 +209,23 @@ def _bearer_token(headers: Mapping[str, str] | None) -> str:
 
 
 def _role(value: Any) -> Role:
-    """The role from a string claim, or from a group list (Cognito's ``cognito:groups``), lead first."""
+    """The role from a string claim, or from a group list (Cognito's ``cognito:groups``): lead first, then staff."""
     if isinstance(value, str):
-        if value == "customer":
-            return "customer"
-        if value == "support_lead":
-            return "support_lead"
+        for role in ROLES:
+            if value == role:
+                return role
     elif isinstance(value, list):
-        if "support_lead" in value:
-            return "support_lead"
-        if "customer" in value:
-            return "customer"
+        for role in reversed(ROLES):
+            if role in value:
+                return role
     raise NotPermitted("forbidden")
+
+
+def _name(value: Any) -> str:
+    """The display name claim, printable and bounded; anything else is no name (the sub is shown instead)."""
+    if not isinstance(value, str):
+        return ""
+    return "".join(c for c in value if c.isprintable()).strip()[:MAX_NAME_CHARS]
 
 
 def _customer_id(value: Any) -> int:
@@ -269,9 +283,9 @@ class Authenticator:
         if not isinstance(sub, str) or not sub.strip():
             raise Unauthenticated("invalid token")
         role = _role(claims.get(self._settings.jwt_role_claim))
-        if role == "support_lead":
-            # A lead acts on no customer's behalf, whatever the token says.
-            return Principal(sub=sub, role=role, customer_id=None)
+        if role in STAFF_ROLES:
+            # Staff and leads act on no customer's behalf, whatever the token says.
+            return Principal(sub=sub, role=role, customer_id=None, name=_name(claims.get("name")))
         return Principal(sub=sub, role=role, customer_id=_customer_id(claims.get(self._settings.jwt_customer_id_claim)))
 
     def _verify(self, token: str) -> dict[str, Any]:
@@ -337,6 +351,13 @@ def require_role(principal: Principal, role: Role) -> None:
     """NotPermitted (403) unless the principal has ``role``."""
     if principal.role != role:
         raise NotPermitted("forbidden")
+
+
+def require_staff(principal: Principal) -> str:
+    """The staff member's (or lead's) sub; NotPermitted (403) for anyone else."""
+    if principal.role not in STAFF_ROLES:
+        raise NotPermitted("forbidden")
+    return principal.sub
 
 
 def require_customer(principal: Principal) -> int:

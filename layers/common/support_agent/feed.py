@@ -237,7 +237,7 @@ class Feed:
                 if turn.handover_token or not turn.interrupted(now):
                     return  # the worker, or the sweep that fails it (with a notification), has the last word
                 yield ms, self._event("turn.failed", turn.turn_id, _at(turn.running_until), error=INTERRUPTED)
-            elif turn.status == "refused" or turn.announced:
+            elif turn.status in ("refused", "delivered") or turn.announced:
                 yield ms, None
             elif turn.status == "completed":
                 body = turn.response or {}
@@ -256,7 +256,8 @@ class Feed:
             events.append(self._event("turn.started", m.turn_id, m.created_at))
         text = _text(m.content)
         if text:
-            events.append(self._event("message", m.turn_id, m.created_at, role=m.role, text=text))
+            author = {"author": m.author_name or m.author} if m.role == "person" else {}
+            events.append(self._event("message", m.turn_id, m.created_at, role=m.role, text=text, **author))
         for block in m.content:
             if block.get("type") == "tool_use":
                 names[str(block.get("id"))] = str(block.get("name", ""))

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from support_agent.store.handoffs import HandoffStore
     from support_agent.store.polls import PollSlots
     from support_agent.store.ratelimit import RateLimiter
+    from support_agent.store.takeover import Takeover
     from support_agent.store.turns import TurnStore
     from support_agent.tools.registry import ToolRegistry, ToolSource
 
@@ -71,6 +72,7 @@ class EventsServices:
     feed: Feed
     read_limiter: RateLimiter
     waits: PollSlots
+    takeover: Takeover  # a person's view of a conversation they hold (GET /api/handoffs/{id}/events)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class LeadServices:
     eraser: ConversationEraser
     now: Callable[[], str]
     payments: PaymentProvider  # lazy: built on the first refund call (refunds/provider/factory.py)
+    takeover: Takeover  # who answers a conversation: claims, replies, hand-backs, closes (store/takeover.py)
 
 
 class _LazyClient:
@@ -238,6 +241,7 @@ def build_lead_services(
     from support_agent.store.audit import AuditStore
     from support_agent.store.erasure import ConversationEraser
     from support_agent.store.handoffs import HandoffStore
+    from support_agent.store.takeover import Takeover
 
     ddb = client("dynamodb") if ddb is None else ddb
     sfn = _lazy("stepfunctions") if sfn is None else sfn
@@ -269,6 +273,7 @@ def build_lead_services(
         ),
         utc_now,
         payments=payments if payments is not None else lazy_provider(settings),
+        takeover=Takeover(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
     )
 
 
@@ -449,6 +454,7 @@ class _Root:
         from support_agent.feed import Feed
         from support_agent.store.polls import PollSlots
         from support_agent.store.ratelimit import RateLimiter
+        from support_agent.store.takeover import Takeover
 
         settings = get_settings()
         ddb = self.client("dynamodb")
@@ -457,6 +463,7 @@ class _Root:
             Feed(ddb, settings.conversations_table, verbose=settings.transparency == "verbose"),
             RateLimiter(ddb, settings.conversations_table, settings.reads_per_minute, kind="reads"),
             PollSlots(ddb, settings.conversations_table),
+            Takeover(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
         )
 
     @cached_property

@@ -19,7 +19,7 @@ from support_agent.errors import ServiceError
 from support_agent.store.turns import Turn, TurnStore
 
 if TYPE_CHECKING:
-    from support_agent.agent.loop import TurnResult
+    from support_agent.agent.loop import KeptForPerson, TurnResult
 
 TURN_FAILED = "turn_failed"  # the code of a handed-over turn the sweep gave up on (its status: 500)
 
@@ -43,6 +43,17 @@ def turn_answer(result: TurnResult, turn_id: str, *, verbose: bool) -> dict[str,
     return out
 
 
+def kept_answer(kept: KeptForPerson) -> dict[str, Any]:
+    """The 202 body of a message kept for a person (no turn ran: no ``turnId``, no ``Location``): who answers, and
+    where their reply will show."""
+    return {
+        "conversationId": kept.conversation_id,
+        "owner": "person",
+        "status": "assigned" if kept.assigned else "queued",
+        "eventsUrl": f"/api/conversations/{kept.conversation_id}/events",
+    }
+
+
 @dataclass(frozen=True)
 class TurnEnds:
     """The ways a running turn's record ends; each is the last write of the turn."""
@@ -54,6 +65,12 @@ class TurnEnds:
         """``completed`` with its answer, which is returned: the chat function sends exactly what is stored."""
         body = turn_answer(result, turn.turn_id, verbose=verbose)
         self.turns.finish(turn, 200, body, self.now())
+        return body
+
+    def kept(self, turn: Turn, kept: KeptForPerson) -> dict[str, Any]:
+        """``delivered``: the message was kept for a person; a resend with its key gets this 202 again."""
+        body = kept_answer(kept)
+        self.turns.finish(turn, 202, body, self.now())
         return body
 
     def failed(self, turn: Turn, exc: ServiceError) -> None:

@@ -17,6 +17,17 @@ from support_agent.messages import Block, Message
 from support_agent.store.conversations import StoredMessage
 
 
+def for_model(message: StoredMessage) -> Message:
+    """A stored message as the model's request carries it. A person's (role ``person``, store/takeover.py) is the
+    support side's words to the customer: an assistant message, marked with its author (agent/prompt.py says what
+    the mark means), so every wire format (Anthropic, OpenAI, Bedrock) sees only user and assistant."""
+    if message.role != "person":
+        return message.as_message()
+    text = "".join(str(b.get("text", "")) for b in message.content if b.get("type") == "text")
+    mark = f"(support teammate {message.author_name or message.author or 'unnamed'} wrote:)"
+    return {"role": "assistant", "content": [{"type": "text", "text": f"{mark} {text}"}]}
+
+
 def blocks(message: Message) -> list[Block]:
     content = message.get("content")
     if isinstance(content, str):

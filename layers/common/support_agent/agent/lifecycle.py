@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from support_agent import observability as obs
 from support_agent.agent.finish import TurnEnds
 from support_agent.agent.handover import HandedOver, HandOver
+from support_agent.agent.loop import KeptForPerson
 from support_agent.auth import Principal
 from support_agent.clock import parse_iso, utc_now
 from support_agent.config import Settings
@@ -52,6 +53,14 @@ class Ask:
 @dataclass(frozen=True)
 class Answered:
     """The turn ended in the request: ``body`` is its answer, exactly as its record keeps it."""
+
+    turn: Turn
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """No turn ran: a person answers the conversation and the message was kept for them; ``body`` is the 202's."""
 
     turn: Turn
     body: dict[str, Any]
@@ -116,7 +125,7 @@ class TurnLifecycle:
 
     # -- the chat request's path ----------------------------------------------------------------------------
 
-    def start(self, ask: Ask, sync: Deadline, deadline: Deadline) -> Answered | Running | Replayed:
+    def start(self, ask: Ask, sync: Deadline, deadline: Deadline) -> Answered | Kept | Running | Replayed:
         """Claim → run → end, or a resend's turn. ``sync``: what is left of SYNC_TURN_SECONDS from the request's
         start; ``deadline``: the turn's in this function. A domain error propagates once the turn record says
         how it ended."""
@@ -154,7 +163,9 @@ class TurnLifecycle:
             raise Conflict("the turn with this Idempotency-Key was interrupted; send the message again with a new key")
         return Replayed(turn)
 
-    def _run(self, ask: Ask, turn: Turn, new_id: str | None, sync: Deadline, deadline: Deadline) -> Answered | Running:
+    def _run(
+        self, ask: Ask, turn: Turn, new_id: str | None, sync: Deadline, deadline: Deadline
+    ) -> Answered | Kept | Running:
         stored: list[bool] = []
         handover = self._handover(turn, sync, ask.at_once)
         try:
@@ -178,6 +189,8 @@ class TurnLifecycle:
             else:  # refused before anything was stored: the key is free again
                 self.ends.refused(turn, ask.key, exc)
             raise
+        if isinstance(result, KeptForPerson):
+            return Kept(turn, self.ends.kept(turn, result))
         return Answered(turn, self.ends.completed(turn, result, verbose=self.settings.transparency == "verbose"))
 
     def _handover(self, turn: Turn, sync: Deadline, at_once: bool) -> HandOver | None:

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from support_agent import observability as obs
 from support_agent.agent import history as hist
 from support_agent.agent.model_output import sanitize_content
-from support_agent.agent.prompt import SYSTEM_PROMPT
+from support_agent.agent.prompt import with_handback
 from support_agent.agent.untrusted import fence
 from support_agent.auth import Principal
 from support_agent.clock import utc_now
 from support_agent.config import Settings
 from support_agent.errors import (
+    Conflict,
     LeaseLost,
     ModelError,
     ModelUnavailable,
@@ -33,7 +34,7 @@ from support_agent.llm.base import LlmClient, LlmResponse
 from support_agent.messages import Block, Deadline, Message, Usage
 from support_agent.pricing import estimate_usd, price_table
 from support_agent.store.audit import AuditRecord
-from support_agent.store.conversations import ConversationStore, Header, StoredMessage
+from support_agent.store.conversations import BOT_ANSWERS, ConversationStore, Header, StoredMessage
 from support_agent.tools.registry import ToolContext, ToolOutcome, ToolSource
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ REPLIES = {
     "refusal": "I'm sorry, I can't help with that request.",
     "max_tokens": "My answer was cut short. Please ask again if you need more.",
     "budget": "This conversation has reached its length limit. Please start a new conversation.",
+    "handed_to_person": "A member of our support team has joined this conversation and will reply here.",
 }
 
 
@@ -84,6 +86,16 @@ class ToolCallTrace:
             "result": self.result,
             "isError": self.is_error,
         }
+
+
+@dataclass(frozen=True)
+class KeptForPerson:
+    """No turn ran: a person answers the conversation (its hand-off is open), so the customer's message was stored
+    for them and the model was not called (store/takeover.py). ``assigned``: someone holds it (else it is queued)."""
+
+    conversation_id: str
+    handoff_id: str
+    assigned: bool
 
 
 @dataclass
@@ -133,10 +145,11 @@ class Agent:
         stored: Callable[[], None] | None = None,
         handover: HandOver | None = None,
         turn_id: str | None = None,
-    ) -> TurnResult:
+    ) -> TurnResult | KeptForPerson:
         """``new_id``: the id a new conversation gets (allocated with the turn's record, so that a resend
         cannot start a second one). ``stored`` is called once, at the turn's first write. ``turn_id`` is
-        written on every message the turn stores (the event feed's attribution)."""
+        written on every message the turn stores (the event feed's attribution). While the conversation's hand-off
+        is open the model is not called: the message is kept for the person (`KeptForPerson`)."""
         lease_until = int(self.clock()) + self.settings.lease_seconds
         if conversation_id is None:
             # Nothing is stored until the first write-ahead: a turn that fails before it leaves no trace.
@@ -158,6 +171,11 @@ class Agent:
         obs.logger.append_keys(conversation_id=conversation_id)  # on every log line from here on
         try:
             turn = _Turn(self, principal, customer_id, header, request_id, deadline, unsaved_lease, stored)
+            if header.open_handoff_id:
+                kept = turn.keep_for_person(message)
+                if kept is not None:
+                    return kept
+                turn = _Turn(self, principal, customer_id, turn.header, request_id, deadline, None, turn.first_write)
             turn.handover = handover
             turn.turn_id = turn_id
             turn.lease_lost = self._lease_keeper(conversation_id, request_id, lease_until)
@@ -258,6 +276,9 @@ class _Turn:
         # Whether the lease may no longer be ours, asked before each tool: the worker's keeper says so; the
         # synchronous path's lease could not be renewed as it neared its end (`Agent._lease_keeper`).
         self.lease_lost: Callable[[], bool] = lambda: False
+        # A support teammate's hand-back note, as staff context (agent/prompt.py); the header read with the lease.
+        self.system = with_handback(header.handback_note, header.handback_by)
+        self.header_fresh = True  # the header was read just now: the first model call need not ask who answers
 
     # persistence -------------------------------------------------------------------------
 
@@ -268,6 +289,7 @@ class _Turn:
         audit: list[AuditRecord] | None = None,
         title: str | None = None,
         now: str | None = None,
+        only_if: tuple[str, dict[str, Any]] = ("", {}),
     ) -> list[StoredMessage]:
         with obs.span("persist", messages=len(messages), audit_rows=len(audit or [])):
             # The rows are chained on the conversation's stream by the store, after the head this turn last wrote.
@@ -284,6 +306,7 @@ class _Turn:
                 lease_until=self.unsaved_lease or 0,
                 audit_head=self.audit_head,
                 turn_id=self.turn_id,
+                only_if=only_if,
             )
         self.unsaved_lease = None
         self.next_seq += len(messages)
@@ -359,6 +382,56 @@ class _Turn:
             pairs.append((use, recorded or ToolOutcome({"error": NOT_EXECUTED_AFTER_CRASH}, True, "not_executed")))
         return self._store_results(pairs)
 
+    # who answers (store/takeover.py) ---------------------------------------------------------
+
+    def keep_for_person(self, message: str) -> KeptForPerson | None:
+        """The customer's message, stored for the person who answers (after repairing what a crashed turn left
+        open), conditioned on the hand-off still being open. None when it was closed or handed back meanwhile:
+        ``header`` is read again, and the bot answers."""
+        self._repair(self.agent.conversations.load(self.conversation_id))
+        handoff_id = str(self.header.open_handoff_id)
+        user: Message = {"role": "user", "content": [{"type": "text", "text": message}]}
+        try:
+            self._append([user], only_if=("open_handoff_id = :h", {":h": handoff_id}))
+        except Conflict:
+            header = self.agent.conversations.get_header(self.conversation_id)
+            if header is None or header.open_handoff_id or header.lease_owner != self.request_id:
+                raise
+            self.header = header
+            return None
+        return KeptForPerson(self.conversation_id, handoff_id, bool(self.header.answerer))
+
+    def _person_answers(self) -> bool:
+        """Asked before every model call: a person may have claimed the conversation since the turn began."""
+        if self.header_fresh:
+            self.header_fresh = False
+            return bool(self.header.answerer)
+        return self.agent.conversations.answerer(self.conversation_id) is not None
+
+    def _taken_over(self, pending_user: Message | None, message: str | None, iteration: int) -> TurnResult:
+        """A person took the conversation over during this turn: no more model calls. The customer's message is
+        kept (stored, unanswered by the model) if it was not yet; what ran is stored already."""
+        if pending_user is not None:
+            self._append([pending_user], title=message[:80] if message else None)
+        return self._result("handed_to_person", iteration, None)
+
+    def _write_ahead(
+        self, pending_user: Message | None, assistant: Message, usage: Usage, title: str | None
+    ) -> list[StoredMessage] | None:
+        """The model's answer (with the customer's message, the first time), stored before any tool runs, while no
+        person answers; None when a person claimed the conversation during the call (the answer is dropped)."""
+        try:
+            return self._append(
+                ([pending_user] if pending_user else []) + [assistant],
+                usage=usage,
+                title=title,
+                only_if=(BOT_ANSWERS, {}),
+            )
+        except Conflict:
+            if self.agent.conversations.answerer(self.conversation_id) is None:
+                raise
+            return None
+
     # the loop ------------------------------------------------------------------------------
 
     def run(self, message: str | None) -> TurnResult:
@@ -379,7 +452,7 @@ class _Turn:
 
     def _run(self, message: str | None) -> TurnResult:
         history = self.agent.conversations.load(self.conversation_id)
-        messages = hist.RequestHistory(m.as_message() for m in history)
+        messages = hist.RequestHistory(hist.for_model(m) for m in history)
         repaired = self._repair(history)
         if repaired is not None:
             messages.add(repaired)
@@ -402,6 +475,8 @@ class _Turn:
             if self.header.usage.total + self.usage.total >= self.settings.conversation_token_budget:
                 stop = "budget"
                 break
+            if self._person_answers():
+                return self._taken_over(pending_user, message, iteration)
             iteration += 1
             final = iteration == self.settings.max_iterations
             request = messages.request(pending_user, self.settings.history_token_budget)
@@ -419,11 +494,10 @@ class _Turn:
             self.usage += response.usage
             # Write-ahead: the assistant's content is stored before any of its tool calls runs.
             assistant = {"role": "assistant", "content": sanitize_content(response.content, messages.tool_use_ids)}
-            stored = self._append(
-                ([pending_user] if pending_user else []) + [assistant],
-                usage=response.usage,
-                title=message[:80] if pending_user and message else None,
-            )
+            title = message[:80] if pending_user and message else None
+            stored = self._write_ahead(pending_user, assistant, response.usage, title)
+            if stored is None:
+                return self._taken_over(pending_user, message, iteration)
             pending_user = None
             for m in stored:
                 messages.add(m.as_message())
@@ -453,7 +527,7 @@ class _Turn:
         with obs.span("model_call", provider=provider, model=model, iteration=iteration) as span:
             try:
                 response = self.agent.llm.create(
-                    SYSTEM_PROMPT,
+                    self.system,
                     request,
                     self.agent.tools.specs,
                     {"type": "none"} if final else None,  # the last iteration: words, no tool calls
@@ -558,7 +632,7 @@ class _Turn:
         text = last.text().strip() if last is not None else ""
         if stop == "budget":
             stop, reply = "max_tokens", REPLIES["budget"]
-        elif stop in ("max_iterations", "deadline"):
+        elif stop in ("max_iterations", "deadline", "handed_to_person"):
             reply = REPLIES[stop]
         else:
             reply = text or REPLIES.get(stop, "(no answer)")

@@ -16,5 +16,21 @@ amounts or statuses: use the tools, and say when something was not found.
 
 {FENCE_RULES}
 
+A person from the support team may have taken part in this conversation: their messages to the
+customer appear as yours, marked "(support teammate NAME wrote:)". They were written by that
+person, not by you; do not contradict them without cause, and never start a reply with that mark.
+
 Be brief, friendly and precise. Give amounts with their currency (amounts are in cents in tool
 results: 18900 cents is 189.00)."""
+
+
+def with_handback(note: str | None, by: str | None) -> str:
+    """The system prompt, plus what the support teammate who handed the conversation back said to the bot: staff
+    context in the system prompt, never a customer's words (store/takeover.py keeps it on the header)."""
+    if not note:
+        return SYSTEM_PROMPT
+    return (
+        f"{SYSTEM_PROMPT}\n\nA support teammate ({by or 'unnamed'}) handed this conversation back to you with "
+        f"this note for you (context from the support team, not from the customer; the customer cannot see it):\n"
+        f"<handback_note>\n{note}\n</handback_note>"
+    )

@@ -15,7 +15,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from support_agent.agent.lifecycle import Answered, Ask, Running, TurnLifecycle
+from support_agent.agent.lifecycle import Answered, Ask, Kept, Running, TurnLifecycle
 from support_agent.api import pagination
 from support_agent.api.http import json_response
 from support_agent.api.route_docs import json_body, responses
@@ -117,6 +117,8 @@ def chat(body: ChatRequest) -> Any:
     started = _lifecycle(services).start(ask, sync, deadline)
     if isinstance(started, Answered):
         return started.body
+    if isinstance(started, Kept):  # a person answers: no turn, so no turnId and no Location to poll
+        return json_response(202, started.body)
     if isinstance(started, Running):
         return _running(started.turn, {"Preference-Applied": "respond-async"} if started.asked else {})
     return replay(started.turn)

@@ -155,9 +155,10 @@ def list_handoffs(
     tags=_LEAD,
 )
 def close_handoff(handoff_id: str, body: CloseRequest | None = None) -> Handoff:
-    lead = _lead()
+    _lead()
     services = lead_services()
-    return Handoff.of(services.handoffs.close(handoff_id, lead, services.now(), body.note if body else None))
+    actor = principal(router)  # type: ignore[arg-type]
+    return Handoff.of(services.takeover.close(handoff_id, actor, services.now(), body.note if body else None))
 
 
 @_read("/api/audit", "The audit trail of a conversation or of a customer, oldest first", AuditPage, 400, 401, 403)

@@ -42,6 +42,8 @@ def conversation_view(
         if m.role == "user" and not text:
             continue  # a message of tool results only: shown with the calls it answers
         entry: dict[str, Any] = {"seq": m.seq, "role": m.role, "createdAt": m.created_at, "text": text}
+        if m.role == "person":  # a support teammate's reply (store/takeover.py): who wrote it, as the customer sees it
+            entry["author"] = m.author_name or m.author
         if tools:
             entry["toolCalls"] = [
                 _call(b, results.get(str(b.get("id")), {})) for b in m.content if b.get("type") == "tool_use"

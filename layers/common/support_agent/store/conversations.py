@@ -36,6 +36,9 @@ LEASE_FREE = "(attribute_not_exists(lease_owner) OR lease_expires_at < :now)"
 """The lease may be taken: nobody holds it, or its holder's time (``:now``, epoch seconds) ran out."""
 LEASE_HELD = "lease_owner = :owner"
 """The lease is ``:owner``'s: the condition of every write made under it."""
+BOT_ANSWERS = "attribute_not_exists(answerer)"
+"""No person answers the conversation (store/takeover.py): the condition of a turn's write-ahead, so a model's
+answer that arrives after a claim is never stored."""
 
 
 @dataclass(frozen=True)
@@ -50,15 +53,23 @@ class Header:
     audit: Head = field(default_factory=Head)  # its audit stream head, advanced under the lease
     lease_owner: str = ""
     lease_expires_at: int = 0  # epoch seconds
+    # Who answers (store/takeover.py): a hand-off open (queued or held) stops the bot; ``answerer`` is
+    # ``person:<sub>`` while a person holds it. ``handback_note``: what the last person to hand back told the bot.
+    open_handoff_id: str | None = None
+    answerer: str | None = None
+    handback_note: str | None = None
+    handback_by: str | None = None
 
 
 @dataclass(frozen=True)
 class StoredMessage:
     seq: int
-    role: str
+    role: str  # user, assistant, or person (a support teammate's reply: store/takeover.py)
     content: list[dict[str, Any]]
     created_at: str
     turn_id: str | None = None  # the turn that stored it (the event feed's attribution); None before turns had ids
+    author: str | None = None  # a person's message: their sub, and the name the customer is shown
+    author_name: str | None = None
 
     def as_message(self) -> Message:
         return {"role": self.role, "content": self.content}
@@ -81,6 +92,10 @@ def _header(values: dict[str, Any]) -> Header:
         audit=Head.of(values),
         lease_owner=str(values.get("lease_owner") or ""),
         lease_expires_at=int(values.get("lease_expires_at") or 0),
+        open_handoff_id=values.get("open_handoff_id"),
+        answerer=values.get("answerer"),
+        handback_note=values.get("handback_note"),
+        handback_by=values.get("handback_by"),
     )
 
 
@@ -178,7 +193,8 @@ class ConversationStore:
         loses its title in the same write."""
         update, values = "REMOVE lease_owner, lease_expires_at", {}
         if erased_at is not None:
-            update, values = "SET erased_at = :now REMOVE title, lease_owner, lease_expires_at", {":now": erased_at}
+            update = "SET erased_at = :now REMOVE title, handback_note, lease_owner, lease_expires_at"
+            values = {":now": erased_at}
         update_if(self._db, **self._held(conversation_id, owner, update, values))  # no longer ours: nothing to do
 
     def _held(self, conversation_id: str, owner: str, update: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -205,6 +221,17 @@ class ConversationStore:
             }
         }
 
+    def answerer(self, conversation_id: str) -> str | None:
+        """Who answers now, read strongly: None for the bot, ``person:<sub>`` while a person holds the hand-off (the
+        loop asks before every model call: a claim may have landed since the turn began)."""
+        out = self._db.get_item(
+            TableName=self._table,
+            Key=self._key(conversation_id),
+            ConsistentRead=True,
+            ProjectionExpression="answerer",
+        )
+        return from_item(out.get("Item") or {}).get("answerer")
+
     def get_header(self, conversation_id: str) -> Header | None:
         out = self._db.get_item(TableName=self._table, Key=self._key(conversation_id), ConsistentRead=True)
         item = out.get("Item")
@@ -225,6 +252,8 @@ class ConversationStore:
                 content=json.loads(item["content"]),
                 created_at=item.get("created_at", ""),
                 turn_id=item.get("turn_id"),
+                author=item.get("author"),
+                author_name=item.get("author_name"),
             )
             for item in self._every_item(query)
         ]
@@ -253,6 +282,7 @@ class ConversationStore:
         lease_until: int = 0,
         audit_head: Head | None = None,
         turn_id: str | None = None,
+        only_if: tuple[str, dict[str, Any]] = ("", {}),
     ) -> tuple[list[StoredMessage], Head]:
         """Store messages and their audit rows atomically; returns the messages with their seqs, and the head of
         the conversation's audit stream after the rows.
@@ -262,26 +292,28 @@ class ConversationStore:
         written here too, leased to ``owner``: a new conversation exists only once it has messages.
         The audit rows are chained after ``audit_head`` (the head the caller read) and the header's head
         advances with them, conditioned on it. Each message names ``turn_id``, the turn that stored it: the
-        event feed reads a turn's events from its messages.
+        event feed reads a turn's events from its messages. ``only_if``: a further condition on the header and its
+        values (who answers: `BOT_ANSWERS` for a write-ahead, the hand-off for a message kept for a person).
         """
         write = AuditedWrite.of(self._audit_table, audit_head or Head(), audit or [])
         stored = [
             StoredMessage(expected_seq + offset, message["role"], message["content"], now, turn_id)
             for offset, message in enumerate(messages)
         ]
-        items = [self._message_put(conversation_id, m) for m in stored]
+        items = [self.message_put(conversation_id, m) for m in stored]
         usage = usage or Usage()
         next_seq = expected_seq + len(messages)
         if create is not None:
             header = self._new_header(conversation_id, create, owner, lease_until, next_seq, usage, now, title)
             items.extend(write.put(self._table, header, "conversation_id"))
         else:
-            items.extend(self._advance(write, conversation_id, owner, expected_seq, next_seq, usage, now, title))
+            advance = self._advance(write, conversation_id, owner, expected_seq, next_seq, usage, now, title, only_if)
+            items.extend(advance)
         with cancellation_as(lambda _codes: Conflict("the conversation changed under this turn; please resend")):
             self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         return stored, write.head
 
-    def _message_put(self, conversation_id: str, message: StoredMessage) -> dict[str, Any]:
+    def message_put(self, conversation_id: str, message: StoredMessage) -> dict[str, Any]:
         """A stored message, written once."""
         item = {
             "conversation_id": conversation_id,
@@ -291,6 +323,8 @@ class ConversationStore:
             "created_at": message.created_at,
             "turn_id": message.turn_id,
         }
+        if message.author is not None:
+            item.update(author=message.author, author_name=message.author_name)
         return put_new(self._table, item, "seq")
 
     @staticmethod
@@ -331,6 +365,7 @@ class ConversationStore:
         usage: Usage,
         now: str,
         title: str | None,
+        only_if: tuple[str, dict[str, Any]],
     ) -> list[dict[str, Any]]:
         """The header's update under the lease (the next seq, the token totals, a first title) with ``write``'s
         rows on the conversation's stream."""
@@ -348,11 +383,13 @@ class ConversationStore:
         if title is not None:
             sets.insert(0, "title = if_not_exists(title, :title)")
             values[":title"] = title
+        extra, extra_values = only_if
+        values.update(extra_values)
         return write.update(
             self._table,
             self._plain_key(conversation_id),
             sets,
-            f"{LEASE_HELD} AND next_seq = :expected",
+            f"{LEASE_HELD} AND next_seq = :expected" + (f" AND {extra}" if extra else ""),
             values,
             then="ADD input_tokens :i, output_tokens :o, cache_read_input_tokens :cr, cache_creation_input_tokens :cc",
         )

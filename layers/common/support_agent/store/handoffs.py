@@ -28,11 +28,13 @@ from support_agent.store.approvals import Page, query_page
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audited_write import AuditedWrite, StreamOwner
 from support_agent.store.dynamo import DynamoDBClient, cancellation_as, from_item, put_new, to_item, to_values
+from support_agent.store.notifications import Notification, NotificationStore
 from support_agent.store.records import Record
 
 ENTITY = "HANDOFF"
 CALL_ENTITY = "HANDOFF_CALL"
-HandoffStatus = Literal["OPEN", "CLOSED"]
+HandoffStatus = Literal["OPEN", "ASSIGNED", "CLOSED"]
+ClosedAs = Literal["closed", "returned_to_bot"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,10 +57,20 @@ class Handoff(StreamOwner):
     requested_by: str = ""
     closed_by: str | None = None
     closed_at: str | None = None
+    # A person holding it (ASSIGNED; store/takeover.py): their sub and the name the customer is shown.
+    assignee: str | None = None
+    assignee_name: str | None = None
+    assigned_at: str | None = None
+    closed_as: ClosedAs | None = None  # how it ended: closed, or handed back to the bot
 
     @property
     def handoff_id(self) -> str:
         return self.approval_id
+
+    @property
+    def has_conversation(self) -> bool:
+        """An MCP call's ticket has none (its ``holder`` names the customer): it stays a ticket, never taken over."""
+        return self.conversation_id is not None
 
     def audit_row(
         self, action: str, actor: str, outcome: str, now: str, input: Any, request_id: str | None = None
@@ -122,16 +134,40 @@ class HandoffStore:
         self.table = table
         self._conversations = conversations_table
         self._audit = audit_table
+        self._notes = NotificationStore(client, conversations_table)
 
     def get(self, handoff_id: str) -> Handoff | None:
         out = self._db.get_item(TableName=self.table, Key=to_item({"approval_id": handoff_id}), ConsistentRead=True)
         item = out.get("Item")
         return Handoff.from_item(from_item(item)) if item and item.get("entity", {}).get("S") == ENTITY else None
 
-    def list(self, status: HandoffStatus, limit: int = 25, start_key: dict[str, Any] | None = None) -> Page[Handoff]:
-        """Newest first, by_status (no approval has a hand-off's status; the filter holds it to that)."""
+    def list(
+        self,
+        status: HandoffStatus,
+        limit: int = 25,
+        start_key: dict[str, Any] | None = None,
+        assignee: str | None = None,
+    ) -> Page[Handoff]:
+        """Newest first, by_status (no approval has a hand-off's status; the filter holds it to that); with
+        ``assignee``, only those that person holds (a page may then hold fewer than ``limit``: follow its key)."""
         items, next_key = query_page(self._db, self.table, status, ENTITY, limit, start_key)
-        return Page([Handoff.from_item(i) for i in items if i.get("entity") == ENTITY], next_key)
+        tickets = [Handoff.from_item(i) for i in items if i.get("entity") == ENTITY]
+        return Page([t for t in tickets if assignee is None or t.assignee == assignee], next_key)
+
+    def oldest_open(self) -> Handoff | None:
+        """The ticket queued longest (OldestOpenHandoffAge): by_status, oldest first, past any approval."""
+        out = self._db.query(
+            TableName=self.table,
+            IndexName="by_status",
+            KeyConditionExpression="#st = :s",
+            FilterExpression="entity = :e",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues=to_values({":s": "OPEN", ":e": ENTITY}),
+            ScanIndexForward=True,
+            Limit=50,
+        )
+        items = [from_item(i) for i in out.get("Items", [])]
+        return Handoff.from_item(items[0]) if items else None
 
     def open_for(self, conversation_id: str) -> Handoff | None:
         """The open ticket the conversation header (or an MCP holder item) names."""
@@ -218,44 +254,17 @@ class HandoffStore:
             current = self.open_for(holder or conversation_id)
             return None if current is None else HandoffConflict(current)
 
+        # In a conversation, the customer's feed hears of it in the same transaction (store/notifications.py).
+        note = None
+        if ticket.conversation_id is not None:
+            data = {"handoffId": ticket.handoff_id}
+            note = Notification(conversation_id=ticket.conversation_id, type="handoff.opened", at=now, data=data)
         try:
             with cancellation_as(already_open):
-                self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+                self._notes.transact(items, note)
         except HandoffConflict as exc:
             return exc.current, False
         return replace(ticket, **write.head.attributes()), True
-
-    def close(self, handoff_id: str, lead: str, now: str, note: str | None = None) -> Handoff:
-        ticket = self.get(handoff_id)
-        if ticket is None or ticket.status != "OPEN":
-            raise _conflict(ticket)
-        record = ticket.audit_row("handoff_closed", lead, "CLOSED", now, {"note": note} if note else None)
-        sets, names, values = Handoff.assign({"status": "CLOSED", "closed_by": lead, "closed_at": now})
-        items = [
-            *AuditedWrite.of(self._audit, ticket.head, [record]).update(
-                self.table,
-                {"approval_id": handoff_id},
-                sets,
-                "#st = :open",
-                {":open": "OPEN", **values},
-                {"#st": "status", **names},
-            ),
-            {
-                "Update": {
-                    "TableName": self._conversations,
-                    # the conversation's header, or an MCP ticket's holder item
-                    "Key": to_item({"conversation_id": ticket.holder or ticket.conversation_id, "seq": 0}),
-                    "UpdateExpression": "REMOVE open_handoff_id",
-                    "ConditionExpression": "open_handoff_id = :h",
-                    "ExpressionAttributeValues": to_values({":h": handoff_id}),
-                }
-            },
-        ]
-        with cancellation_as(lambda _codes: _conflict(self.get(handoff_id))):
-            self._db.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        closed = self.get(handoff_id)
-        assert closed is not None
-        return closed
 
 
 def _opened(ticket: Handoff, request_id: str) -> AuditRecord:

@@ -33,7 +33,17 @@ from support_agent.store.dynamo import (
 )
 from support_agent.store.records import Codec, Record, stored
 
-NoteType = Literal["approval.decided", "refund.settled", "turn.failed"]
+NoteType = Literal[
+    "approval.decided",
+    "refund.settled",
+    "turn.failed",
+    # who answers changed (store/takeover.py)
+    "handoff.opened",
+    "handoff.assigned",
+    "handoff.released",
+    "handoff.closed",
+    "handoff.returned_to_bot",
+]
 ATTEMPTS = 8  # numbers lost to concurrent notifications before the writer gives up (and its own retry applies)
 
 
@@ -44,7 +54,8 @@ JSON = Codec(json.loads, dumps)
 class Notification(Record):
     """One notification (the feed's stored event). ``data`` holds the event's own fields, camelCase as the feed
     shows them: ``approval.decided`` {approvalId, orderId, amountCents, status}; ``refund.settled`` {orderId,
-    amountCents, status}; ``turn.failed`` {error: {code, message}} (statuses in the customers' vocabulary)."""
+    amountCents, status}; ``turn.failed`` {error: {code, message}} (statuses in the customers' vocabulary);
+    ``handoff.assigned`` {handoffId, by: the person's display name}; the other ``handoff.*`` {handoffId}."""
 
     KIND: ClassVar[str] = "notification"
 

@@ -6,7 +6,8 @@ table under key prefixes of their own (neither carries ``updated_at``, so ``by_c
 
 * the **turn record** ``turn#<conversation id>`` / ``seq`` = the turn id's millisecond: the turn's status
   (``running`` → ``completed`` | ``failed``, or ``refused`` when it was turned away before anything was
-  stored), the customer's message, the request's fingerprint, and the answer it ended with (status and
+  stored, or ``delivered`` when a person answers the conversation and the message was kept for them), the
+  customer's message, the request's fingerprint, and the answer it ended with (status and
   body). Partitioned by conversation so that erasure finds a conversation's turns with one Query, and
   removes the message and the answer with the conversation's messages (docs/RETENTION.md).
 * the **key** ``idem#<customer id>#<SHA-256 of the Idempotency-Key>`` / 0: which turn the key started and
@@ -47,7 +48,7 @@ REPLY_MAX_BYTES = 256 * 1024  # a stored answer, compressed; DynamoDB's items en
 KEY_SECONDS = 25 * 3600  # kept at least 24 hours, as the draft asks of a server that names its window
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # 1 to 255 visible ASCII characters
 TURN_ID = re.compile(r"^turn_[0-9A-HJKMNP-TV-Z]{26}$")
-TurnStatus = Literal["running", "completed", "failed", "refused"]
+TurnStatus = Literal["running", "completed", "failed", "refused", "delivered"]
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # A turn's end: its answer stored, and out of the sparse index of handed-over turns still running.
 _ENDED = "SET #st = :st, reply_status = :code, reply_body = :body, finished_at = :now REMOVE #run, lease_check_at"
@@ -250,7 +251,8 @@ class TurnStore:
         stored). A resend with its key gets exactly this answer. ``announce`` (the turn sweep's, which no request
         waits on): the failure is also a ``turn.failed`` notification, in the same transaction (the record says
         ``announced``), and a turn that ended meanwhile is left as it is (False)."""
-        state = "completed" if status == 200 else "failed"
+        # 202: the message was kept for the person who answers the conversation (no model ran: store/takeover.py)
+        state = {200: "completed", 202: "delivered"}.get(status, "failed")
         values = {":st": state, ":code": status, ":body": _pack(body), ":now": now}
         if not announce:
             self._set(turn, _ENDED, values)
