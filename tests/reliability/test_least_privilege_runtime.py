@@ -300,8 +300,9 @@ def test_chat_function_under_its_own_role(
         assert status == 200, body
         cid = body["conversationId"]
         assert all(not c["isError"] for it in body["trace"] for c in it["toolCalls"]), body["trace"]
-        api.model.script = [answer("Anything else?")]
-        assert api.call("POST", "/api/chat", {"conversationId": cid, "message": "thanks"})[0] == 200
+        # The hand-off is open: the next message is kept for the person (no model call), under the same role.
+        status, body, _ = api.call("POST", "/api/chat", {"conversationId": cid, "message": "thanks"})
+        assert (status, body["owner"]) == (202, "person"), body
         assert api.call("GET", "/api/conversations")[0] == 200
         assert api.call("GET", f"/api/conversations/{cid}")[0] == 200
         ddb, sfn = boto3.client("dynamodb"), boto3.client("stepfunctions")

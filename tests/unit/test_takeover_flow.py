@@ -68,3 +68,30 @@ def test_round_trip_never_calls_the_model_while_a_person_answers(harness: Harnes
     assert notes == ["handoff.opened", "handoff.assigned", "handoff.returned_to_bot"]
     stored = h.conversations.load(cid)
     assert [m.role for m in stored].count("person") == 1
+
+
+def test_a_claim_during_a_model_call_drops_its_answer_and_keeps_the_customers_message(harness: Harness) -> None:
+    """The in-flight rule: the answer of a call that was running when the claim landed is not stored, no tool of it
+    runs, the customer's message is kept, and the turn ends ``handed_to_person`` without another call."""
+    h = harness
+    cid, hid = _escalated(h)
+    t = _takeover(h)
+    t.close(hid, LEAD, NOW)  # the bot answers again
+    calls = len(h.model.requests)
+
+    def claim_now() -> None:  # while the model answers: a hand-off opened and claimed (as by another tab's turn)
+        h.model.on_call = None
+        ticket, _ = t._tickets.open(cid, 99, 7, "racing", "customer-7", "toolu_race", "r", NOW)
+        t.claim(ticket.handoff_id, DANA, NOW)
+
+    h.model.on_call = claim_now
+    h.model.script = [tools(tool_use("lookup_order", {"order_id": 1042})), answer("unused")]
+    raced = h.turn("where is my order?", cid)
+    assert isinstance(raced, TurnResult) and raced.stop_reason == "handed_to_person"
+    assert len(h.model.requests) == calls + 1  # the call that was running; none after it
+    stored = h.conversations.load(cid)
+    assert stored[-1].role == "user" and stored[-1].content == [{"type": "text", "text": "where is my order?"}]
+    assert not any(b.get("name") == "lookup_order" for m in stored for b in m.content)  # its answer was dropped
+    kept = h.turn("hello?", cid)
+    assert isinstance(kept, KeptForPerson) and kept.assigned
+    assert len(h.model.requests) == calls + 1

@@ -200,6 +200,7 @@ class Takeover:
                 raise HandoffConflict(ticket)
             if header.lease_owner and header.lease_expires_at >= _epoch(now):
                 raise LeaseHeld("the assistant is finishing a turn on this conversation; try again in a moment")
+            self._not_after_open_calls(str(ticket.conversation_id), header.next_seq)
             message = StoredMessage(
                 header.next_seq,
                 "person",
@@ -218,6 +219,18 @@ class Takeover:
                 continue  # the seq, the lease, the hand-off or the key moved: read them all again
             return Reply(ticket, message)
         raise Conflict("the conversation kept changing; send the reply again")
+
+    def _not_after_open_calls(self, conversation_id: str, next_seq: int) -> None:
+        """A reply never lands after tool calls a crashed turn left unanswered: the history would stop being valid
+        (a tool_use must be followed by its result). Only that turn's repair may answer them (it knows what they
+        did); it runs when the customer next writes (agent/loop.py, before keeping the message) or when the turn
+        sweep resumes a handed-over turn."""
+        last = self._conversations.load(conversation_id, from_seq=next_seq - 1)
+        if last and last[-1].role == "assistant" and any(b.get("type") == "tool_use" for b in last[-1].content):
+            raise Conflict(
+                "the assistant's last step was interrupted and is not repaired yet; it is, when the customer next "
+                "writes — try again then"
+            )
 
     def _reply_items(
         self, ticket: Handoff, message: StoredMessage, seq: int, now: str, key: str | None, print_: str
