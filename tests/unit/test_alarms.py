@@ -66,6 +66,9 @@ EMITTED_BY = {
     obs.APPROVALS_EXPIRED: "approval_sweep",
     obs.OLDEST_PENDING_APPROVAL_AGE: "approval_sweep",
     obs.OLDEST_APPROVED_APPROVAL_AGE: "approval_sweep",
+    obs.OLDEST_OPEN_HANDOFF_AGE: "approval_sweep",
+    obs.OPEN_HANDOFFS: "approval_sweep",
+    obs.ASSIGNED_HANDOFFS: "approval_sweep",
     obs.OLDEST_UNSETTLED_REFUND_AGE: "payment_sweep",
     obs.RECONCILIATION_DIFFERENCES: "reconcile",
     obs.AUDIT_ROWS_TAMPERED: "audit_watcher",
@@ -126,6 +129,17 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         "Maximum",
         900,
         {"Ref": "UnsettledRefundAlarmSeconds"},
+        "GreaterThanThreshold",
+        1,
+    ),
+    # A hand-off queued past the parameter: no one claimed it (the approval sweep measures every 15 min).
+    "OldestOpenHandoffAlarm": (
+        "SupportAgent",
+        obs.OLDEST_OPEN_HANDOFF_AGE,
+        [{"Name": "service", "Value": "approval_sweep"}],
+        "Maximum",
+        900,
+        {"Ref": "OldestOpenHandoffAlarmSeconds"},
         "GreaterThanThreshold",
         1,
     ),
@@ -337,8 +351,17 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             assert spec["Dimensions"][0]["Value"] in services
             checked += 1
     # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge,
-    # ReconciliationDifferences, AuditRowsTampered, AuditSealFailures and McpToolRejected (chat and turn_worker)
-    assert checked == 9
+    # ReconciliationDifferences, AuditRowsTampered, AuditSealFailures, McpToolRejected (chat and turn_worker)
+    # and OldestOpenHandoffAge
+    assert checked == 10
+
+
+def test_oldest_open_handoff_alarm_defaults_to_fifteen_minutes_in_seconds(sam: dict[str, Any]) -> None:
+    """The sweep measures every 15 minutes, so a threshold below one run's spacing would only add noise."""
+    param = sam["Parameters"]["OldestOpenHandoffAlarmSeconds"]
+    assert (param["Type"], param["Default"], param["MinValue"]) == ("Number", 900, 300)
+    assert obs.METRICS[obs.OLDEST_OPEN_HANDOFF_AGE] == "Seconds"
+    assert obs.METRICS[obs.OPEN_HANDOFFS] == obs.METRICS[obs.ASSIGNED_HANDOFFS] == "Count"
 
 
 def test_mcp_tool_rejected_alarm_sums_both_functions_that_list_outside_servers(cfn: dict[str, Any]) -> None:

@@ -97,6 +97,10 @@ AUDIT_ROWS_TAMPERED = "AuditRowsTampered"
 AUDIT_SEAL_FAILURES = "AuditSealFailures"
 # Outside MCP tools not offered to the model (off the allowlist, not read-only, changed since pinned).
 MCP_TOOL_REJECTED = "McpToolRejected"
+# Seconds the oldest OPEN hand-off has waited for a person (0: none queued), and the inbox's depth by state.
+OLDEST_OPEN_HANDOFF_AGE = "OldestOpenHandoffAge"
+OPEN_HANDOFFS = "OpenHandoffs"
+ASSIGNED_HANDOFFS = "AssignedHandoffs"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -127,6 +131,9 @@ METRICS: dict[str, str] = {
     AUDIT_ROWS_TAMPERED: MetricUnit.Count.value,
     AUDIT_SEAL_FAILURES: MetricUnit.Count.value,
     MCP_TOOL_REJECTED: MetricUnit.Count.value,
+    OLDEST_OPEN_HANDOFF_AGE: MetricUnit.Seconds.value,
+    OPEN_HANDOFFS: MetricUnit.Count.value,
+    ASSIGNED_HANDOFFS: MetricUnit.Count.value,
 }
 
 

@@ -17,6 +17,10 @@ after the transition. The sweep starts the attempt (``<id>`` or ``<id>-r<n>``); 
 answers ExecutionAlreadyExists when it is running or has run, and nothing else happens. The
 oldest APPROVED approval's age is a metric with an alarm, for the flows no start can settle.
 
+The hand-offs share the table (store/handoffs.py): each run also measures the support inbox — how long the
+oldest OPEN hand-off has waited for a person (``OldestOpenHandoffAge``, with its alarm) and how many are OPEN
+and ASSIGNED. Only measured: a hand-off never expires, a person closes it.
+
 SETTLING approvals are left alone, by both the restart and the age: the flow did start (it wrote the
 SETTLING transition with the ledger row) and the payment provider has the refund, so starting the
 flow again could only repeat a question whose answer is still unknown. They belong to the payment
@@ -41,6 +45,8 @@ from support_agent.approvals.flow import start_flow
 from support_agent.clock import Clock, iso, parse_iso, utc_datetime
 from support_agent.store.approvals import Approval, ApprovalStore, StateConflict
 from support_agent.store.dynamo import DynamoDBClient, from_item, to_values
+from support_agent.store.handoffs import ENTITY as HANDOFF
+from support_agent.store.handoffs import HandoffStore
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
@@ -89,6 +95,7 @@ class ApprovalSweeper:
         sfn: Any = None,
         state_machine_arn: str = "",
         start_grace_seconds: int = START_GRACE_SECONDS,
+        handoffs: HandoffStore | None = None,
     ) -> None:
         self.store = store
         self._db = db
@@ -101,6 +108,8 @@ class ApprovalSweeper:
         self._sfn = sfn  # None: APPROVED approvals are only measured, never started (tests of the rest)
         self._arn = state_machine_arn
         self.start_grace = timedelta(seconds=start_grace_seconds)
+        # Only its reads are used (the oldest OPEN one): no conversation or audit table is written.
+        self.handoffs = handoffs or HandoffStore(db, store.table, "", "")
 
     def run(self) -> SweepResult:
         now = self._clock()
@@ -144,6 +153,7 @@ class ApprovalSweeper:
         errors += flow_errors
         result = SweepResult(scanned, expired, requeued, conflicts, errors, truncated or flows_truncated, flows_started)
         self._report_oldest_pending(now)
+        self._report_handoff_queue(now)
         logger.info("approval sweep: %s", result.as_dict())
         if errors:
             raise SweepIncomplete(result)
@@ -209,6 +219,43 @@ class ApprovalSweeper:
             age = max(0.0, (now - parse_iso(str(items[0]["created_at"]))).total_seconds())
             logger.info("oldest pending approval", extra={"approval_id": items[0]["approval_id"], "age_seconds": age})
         obs.emit(obs.OLDEST_PENDING_APPROVAL_AGE, round(age))
+
+    def _report_handoff_queue(self, now: datetime) -> None:
+        """How long the oldest OPEN hand-off has waited for a person (0 when none: the alarm's metric), counted
+        from its opening (a released one has kept its customer waiting since then), and the inbox's depth. A
+        claimed (ASSIGNED) or closed hand-off no longer counts: someone answers, or no one needs to."""
+        try:
+            oldest = self.handoffs.oldest_open()
+            open_count, assigned_count = self._count_handoffs("OPEN"), self._count_handoffs("ASSIGNED")
+        except Exception:  # as for the approvals' age: a missing datapoint does not fail the sweep
+            logger.exception("could not read the hand-off queue")
+            return
+        age = 0.0
+        if oldest is not None:
+            age = max(0.0, _age(now, oldest.created_at))
+            logger.info("oldest open hand-off", extra={"handoff_id": oldest.handoff_id, "age_seconds": age})
+        obs.emit(obs.OLDEST_OPEN_HANDOFF_AGE, round(age))
+        obs.emit(obs.OPEN_HANDOFFS, open_count)
+        obs.emit(obs.ASSIGNED_HANDOFFS, assigned_count)
+
+    def _count_handoffs(self, status: str) -> int:
+        """Hand-offs in ``status`` (by_status, counted by DynamoDB, page by page: the inbox is small)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.store.table,
+            "IndexName": "by_status",
+            "KeyConditionExpression": "#st = :status",
+            "FilterExpression": "entity = :e",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": to_values({":status": status, ":e": HANDOFF}),
+            "Select": "COUNT",
+        }
+        count = 0
+        while True:
+            out = self._db.query(**kwargs)
+            count += int(out.get("Count", 0))
+            if "LastEvaluatedKey" not in out:
+                return count
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     def _created_before(self, status: str, before: str) -> Iterator[Approval]:
         """Approvals in ``status`` with ``created_at < before``, oldest first, page by page."""

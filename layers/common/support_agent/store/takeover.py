@@ -160,8 +160,9 @@ class Takeover:
         return self._apply(ticket, move, actor, now)
 
     def close(self, handoff_id: str, actor: Principal, now: str, note: str | None = None) -> Handoff:
-        """OPEN (a lead) or ASSIGNED (its holder, or a lead) → CLOSED; the customer's next message goes to the bot.
-        An MCP call's ticket (no conversation) closes the same way and frees its customer's holder item."""
+        """OPEN (a lead) or ASSIGNED (its holder, or a lead) → CLOSED; the customer's next message goes to the bot,
+        without any earlier hand-back note. An MCP call's ticket (no conversation) closes the same way and frees its
+        customer's holder item. A note is audited as a person's words are: by hash and length."""
         ticket = self._tickets.get(handoff_id)
         if ticket is None:
             raise NotFound("hand-off not found")
@@ -175,11 +176,12 @@ class Takeover:
             "handoff_closed",
             {"status": "CLOSED", "closed_as": "closed", "closed_by": actor.sub, "closed_at": now},
             (),
-            "REMOVE open_handoff_id, answerer",
+            # an earlier hand-back's note ends with the hand-off that follows it
+            "REMOVE open_handoff_id, answerer, handback_note, handback_by",
             {},
             "handoff.closed" if ticket.has_conversation else None,
             {"handoffId": handoff_id},
-            audit_input={"note": note} if note else None,
+            audit_input={"note": digest(note)} if note else None,
         )
         return self._apply(ticket, move, actor, now)
 
