@@ -1,8 +1,9 @@
-"""ApprovalsFunction: the support lead's API (approvals, hand-offs, audit). All logic lives in the layer."""
+"""ApprovalsFunction: the support team's API, leads' (approvals, audit, erasure: api/lead_routes.py) and the hand-off
+inbox of staff and leads (api/staff_routes.py). All logic lives in the layer."""
 
+from support_agent.api import lead_routes, staff_routes
 from support_agent.api.http import api_handler
-from support_agent.api.lead_routes import router
 from support_agent.wiring import authenticator
 
 # Every log line carries the API request id (correlation_id); decisions add the approval id.
-handler = api_handler(router, authenticator)
+handler = api_handler([lead_routes.router, staff_routes.router], authenticator)

@@ -386,8 +386,9 @@ def test_approvals_function_under_its_own_role(
     creds = credentials_for(stack, "ApprovalsFunction")
     monkeypatch.setitem(api.overrides, "APPROVAL_WAIT_SECONDS", "0")
     lead = api.lead()
+    reply, key = {"message": "Riley here."}, {"Idempotency-Key": "least-privilege"}
     with as_function(api, "ApprovalsFunction", creds, recorder, monkeypatch):
-        for method, path, ok in [
+        for method, path, ok, *given in [
             ("GET", "/api/approvals", 200),
             ("GET", "/api/approvals?status=PENDING", 200),
             ("GET", f"/api/approvals/{pending[0]}", 200),
@@ -396,13 +397,21 @@ def test_approvals_function_under_its_own_role(
             ("POST", f"/api/approvals/{failed[0]}/retry", 202),
             ("POST", f"/api/approvals/{failed[1]}/release", 200),
             ("GET", "/api/handoffs", 200),
+            # The inbox: a claim, a reply and its resend (the key read back), the transcript, a hand-back.
+            ("GET", f"/api/handoffs/{handoff}", 200),
+            ("POST", f"/api/handoffs/{handoff}/claim", 200),
+            ("POST", f"/api/handoffs/{handoff}/messages", 201, reply, key),
+            ("POST", f"/api/handoffs/{handoff}/messages", 201, reply, key),
+            ("GET", f"/api/handoffs/{handoff}/conversation", 200),
+            ("POST", f"/api/handoffs/{handoff}/release", 200),
             ("POST", f"/api/handoffs/{handoff}/close", 200),
             ("GET", f"/api/audit?conversationId={body['conversationId']}", 200),
             ("GET", f"/api/audit/verify?conversationId={body['conversationId']}", 200),
             ("GET", "/api/audit?customerId=7", 200),
             ("POST", "/api/customers/8/erase", 200),
         ]:
-            got, out, _ = api.call(method, path, {} if method == "POST" else None, token=lead)
+            sent = given[0] if given else ({} if method == "POST" else None)
+            got, out, _ = api.call(method, path, sent, token=lead, headers=given[1] if given else None)
             assert got in (ok, 200), (method, path, got, out)
         ddb = boto3.client("dynamodb")
         forbidden = {
@@ -414,10 +423,12 @@ def test_approvals_function_under_its_own_role(
             ),
             "sns:Publish": lambda: boto3.client("sns").publish(TopicArn=stack.physical_ids["LeadsTopic"], Message="x"),
         }
-        # Its GetItem/PutItem on the Conversations table: only the decisions' notifications (`note#`); its
-        # UpdateItem there is also the hand-off close's header and erasure's tombstones (unbounded, as before).
-        run = recorder.run(forbidden, notes=("dynamodb:GetItem", "dynamodb:PutItem"))
+        run = recorder.run(forbidden)
     run.check(stack, "ApprovalsFunction")
+    # Its GetItem/PutItem on the Conversations table: the decisions' notifications (`note#`), a person's reply
+    # (the header and the message, `conv_`) and its key (`idem#handoff#`), each needed; its UpdateItem there is
+    # also the hand-off's header and erasure's tombstones (unbounded, as before).
+    assert recorder.prefixes_used("ApprovalsFunction") == KEY_PREFIXES["ApprovalsFunction"]["ConversationsTable"]
 
 
 def test_notifier_and_sweep_under_their_own_roles(
@@ -602,10 +613,20 @@ def test_long_turn_functions_under_their_own_roles(
     # Every item it touched is one its LeadingKeys allow, and each allowed prefix was needed.
     assert recorder.prefixes_used("TurnSweepFunction") == KEY_PREFIXES["TurnSweepFunction"]["ConversationsTable"]
 
+    # A hand-off a staff member holds, for their feed of it below.
+    api.model.script = [tools(tool_use("escalate_to_human", {"reason": "a person"})), answer("A teammate will join.")]
+    _, escalated, _ = api.call("POST", "/api/chat", {"message": "a person please"})
+    handoff = escalated["trace"][0]["toolCalls"][0]["result"]["handoff_id"]
+    dana = api.token("agent-1", "support_staff", None, extra={"name": "Dana"})
+    assert api.call("POST", f"/api/handoffs/{handoff}/claim", token=dana)[0] == 200
+
     # The feed of the finished turn, under EventsFunction's role: reads, its reader's counter and (a poll that may
-    # wait) its waiting slot; no write else. Updates only `rate#` and `poll#` items (its LeadingKeys).
+    # wait) its waiting slot; no write else. Updates only `rate#` and `poll#` items (its LeadingKeys). And the
+    # staff member's feed of the hand-off they hold: the hand-off read, their own counter and slot.
     events = credentials_for(stack, "EventsFunction")
     with as_function(api, "EventsFunction", events, recorder, monkeypatch):
+        status, held, _ = api.call("GET", f"/api/handoffs/{handoff}/events?waitSeconds=1", token=dana)
+        assert status == 200 and "handoff.assigned" in [e["type"] for e in held["events"]], held
         cid = started[0]["conversationId"]
         status, body, _ = api.call("GET", f"/api/conversations/{cid}/events?waitSeconds=1")
         updated = {key for action, key in recorder.conversation_keys if action == "dynamodb:UpdateItem"}

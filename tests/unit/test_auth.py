@@ -243,7 +243,7 @@ def test_demo_tokens_stay_within_the_default_lifetime() -> None:
 
     tokens = demo_tokens(SECRET, ISS, AUD, simulated=True)
     authenticator = hs_auth()
-    for entry in tokens["customers"] + tokens["leads"]:
+    for entry in tokens["customers"] + tokens["leads"] + tokens["staff"]:
         authenticator.authenticate(bearer(entry["token"]))  # 12 h: accepted
 
 
@@ -395,7 +395,12 @@ def test_mint_token_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
     authenticator = hs_auth()
     assert authenticator.authenticate(bearer(lines["CUSTOMER_7_TOKEN"])) == Principal("customer-7", "customer", 7)
     assert authenticator.authenticate(bearer(lines["CUSTOMER_8_TOKEN"])) == Principal("customer-8", "customer", 8)
-    assert authenticator.authenticate(bearer(lines["LEAD_TOKEN"])) == Principal("lead-1", "support_lead", None)
+    assert authenticator.authenticate(bearer(lines["LEAD_TOKEN"])) == Principal(
+        "lead-1", "support_lead", None, "Morgan"
+    )
+    assert authenticator.authenticate(bearer(lines["STAFF_TOKEN"])) == Principal(
+        "agent-1", "support_staff", None, "Riley"
+    )
 
 
 # --- JWKS ------------------------------------------------------------------------------------------------

@@ -27,6 +27,15 @@ NOTE_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 BOUND = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["note#*"]}}
 # Granted on the whole table before notifications existed (a hand-off's header, erasure's tombstones).
 UNBOUNDED_BEFORE = {"ApprovalsFunction": {"dynamodb:UpdateItem", "dynamodb:Query"}}
+# Bound to other items of the table: a person's reply (store/takeover.py), its message and its Idempotency-Key.
+OTHER_BOUNDS = {
+    "ApprovalsFunction": [
+        (
+            {"dynamodb:GetItem", "dynamodb:PutItem"},
+            {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["conv_*", "idem#handoff#*"]}},
+        )
+    ]
+}
 
 
 def _on_conversations(cfn: dict[str, Any], function_id: str) -> list[dict[str, Any]]:
@@ -59,7 +68,9 @@ def test_notification_grants_are_bounded_to_note_items(cfn: dict[str, Any], func
     (note,) = bounded
     assert _actions(note) == NOTE_ACTIONS
     assert note["Resource"] == {"Fn::GetAtt": ["ConversationsTable", "Arn"]}  # the table alone, no index
-    unbounded = set().union(*(_actions(s) for s in statements if s is not note))
+    others = [s for s in statements if s is not note and "Condition" in s]
+    assert [(_actions(s), s["Condition"]) for s in others] == OTHER_BOUNDS.get(function_id, [])
+    unbounded = set().union(*(_actions(s) for s in statements if s is not note and "Condition" not in s))
     assert unbounded == UNBOUNDED_BEFORE.get(function_id, set()), unbounded
     # Nothing unconditioned reads or creates an item of the table: the bound is the only way to them.
     assert not {"dynamodb:GetItem", "dynamodb:PutItem"} & unbounded

@@ -65,6 +65,10 @@ MCP_STATUSES = {("GET", "/mcp"): {405}, ("POST", "/mcp"): {405, 406}}
 JSONRPC = {"$ref": "#/components/schemas/JsonRpcMessage"}
 
 
+# The routes taking an Idempotency-Key: a customer's message, and a person's reply.
+KEYED = {("POST", "/api/chat"), ("POST", "/api/handoffs/{handoff_id}/messages")}
+
+
 def test_errors_follow_the_contract(doc: dict[str, Any]) -> None:
     codes = {status for status, _code in CONTRACT.values()}
     for method, path, op in operations(doc):
@@ -72,7 +76,7 @@ def test_errors_follow_the_contract(doc: dict[str, Any]) -> None:
         if (method, path) == ("GET", "/mcp"):
             assert statuses == {405} and op["responses"]["405"]["headers"]["Allow"]
             continue
-        if (method, path) == ("POST", "/api/chat"):  # its one 422: a key reused with another body
+        if (method, path) in KEYED:  # their one 422: a key reused with another body
             assert "idempotency_key_reused" in op["responses"]["422"]["description"]
         else:
             assert 422 not in statuses, f"{method} {path}: the contract answers 400, never 422"
@@ -140,6 +144,7 @@ def test_response_models_describe_the_views(doc: dict[str, Any]) -> None:
         f"{m} {p}": op["responses"]["200"]["content"]["application/json"]["schema"]
         for m, p, op in operations(doc)
         if (m, p) != ("GET", "/mcp")  # only ever 405 (test_errors_follow_the_contract)
+        and (m, p) != ("POST", "/api/handoffs/{handoff_id}/messages")  # 201 (test_a_reply_is_created)
     }
     assert ok["POST /api/chat"] == {"$ref": "#/components/schemas/ChatResponse"}
     assert ok["GET /api/conversations/{conversation_id}"] == {"$ref": "#/components/schemas/ConversationView"}
@@ -169,3 +174,26 @@ def test_the_docs_page_is_served_offline() -> None:
     assert spec is not None and spec == (COMMITTED.read_bytes(), "application/json")
     assert apidocs.serve("/api/docs/../../etc/passwd") is None
     assert apidocs.serve("/api/chat") is None
+
+
+def test_a_reply_is_created_and_the_chat_may_answer_for_a_person(doc: dict[str, Any]) -> None:
+    """A person's reply answers 201 (a resend too, flagged), taking the chat's Idempotency-Key; the chat's 202 is a
+    running turn (with Location) or a message kept for a person (no turn: no Location, no turnId)."""
+    reply = doc["paths"]["/api/handoffs/{handoff_id}/messages"]["post"]
+    assert "200" not in reply["responses"]
+    assert reply["responses"]["201"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/PersonReply"
+    }
+    assert set(reply["responses"]["201"]["headers"]) == {"Idempotent-Replayed"}
+    path_param, key = reply["parameters"]
+    assert (path_param["name"], path_param["in"]) == ("handoff_id", "path")
+    chat_key = next(p for p in doc["paths"]["/api/chat"]["post"]["parameters"] if p["name"] == "Idempotency-Key")
+    assert key["schema"] == chat_key["schema"] and key["in"] == "header"
+    accepted = doc["paths"]["/api/chat"]["post"]["responses"]["202"]
+    assert {r["$ref"] for r in accepted["content"]["application/json"]["schema"]["anyOf"]} == {
+        "#/components/schemas/TurnRunning",
+        "#/components/schemas/KeptForPerson",
+    }
+    assert not accepted["headers"]["Location"].get("required")
+    kept = doc["components"]["schemas"]["KeptForPerson"]
+    assert "turnId" not in kept["properties"] and kept["properties"]["owner"]["const"] == "person"

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from support_agent.api import responses
+from support_agent.handoffs.brief import brief
 from support_agent.refunds.ledger_row import LedgerRow
 from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
@@ -106,7 +107,7 @@ def test_the_leads_view_is_the_response_model_built_from_the_record() -> None:
 
 def test_hand_offs_orders_and_audit_rows_read_their_items() -> None:
     ticket = Handoff.from_item(handoff_item())
-    assert (ticket.handoff_id, responses.Handoff.of(ticket).closedBy) == ("hof_1", None)
+    assert (ticket.handoff_id, responses.Handoff.of(ticket, brief=brief(ticket, [], [])).closedBy) == ("hof_1", None)
     order = Order.from_item(
         {"customer_id": 7, "sk": "ORDER#1", "order_id": 1, "status": "DELIVERED", "total_cents": 5, "currency": "USD"}
     )
@@ -174,16 +175,21 @@ def test_a_notification_is_numbered_by_its_key_and_its_data_is_json() -> None:
 
 def test_every_lead_body_is_its_record_field_by_field() -> None:
     """``of`` names each model field's record attribute; a field no record has fails here, not in a lead's hands."""
-    ticket = Handoff.from_item(handoff_item(status="CLOSED", closed_by="lead-1", closed_at="u"))
-    assert responses.Handoff.of(ticket).model_dump() == {
+    ticket = Handoff.from_item(handoff_item(status="CLOSED", closed_by="lead-1", closed_at="u", closed_as="closed"))
+    assert responses.Handoff.of(ticket, brief=brief(ticket, [], [])).model_dump() == {
         "handoffId": "hof_1",
         "status": "CLOSED",
         "customerId": 7,
         "conversationId": None,
         "reason": "",  # the record's default
         "createdAt": "t",
+        "assignee": None,
+        "assigneeName": None,
+        "assignedAt": None,
         "closedBy": "lead-1",
         "closedAt": "u",
+        "closedAs": "closed",
+        "brief": {"customerId": 7, "reason": "", "orders": [], "invoices": [], "refunds": [], "lastMessages": []},
     }
     row = AuditRecord("conv_1", "tool_call", "customer-7", "ok", 7, "t", tool="lookup_order", refund_key="apr_1")
     body = responses.AuditRecord.of(row)

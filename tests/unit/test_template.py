@@ -708,11 +708,12 @@ ALLOWED: dict[str, set[Pair]] = {
     },
     # The event feed reads the conversation (header, messages, turn records, notifications), counts the reader's
     # polls and holds a waiting poll's slot (UpdateItem on `rate#` and `poll#` items only, LeadingKeys); it writes
-    # nothing else, anywhere.
+    # nothing else, anywhere. A staff member's feed reads the hand-off first (do they hold it?).
     "EventsFunction": {
         ("dynamodb:GetItem", "ConversationsTable"),
         ("dynamodb:Query", "ConversationsTable"),
         ("dynamodb:UpdateItem", "ConversationsTable"),
+        ("dynamodb:GetItem", "ApprovalsTable"),
     },
     # Claim-then-publish; nothing on CustomerData (the notifier cannot write orders). The SQS
     # actions are what its own event source mapping polls with, on the ApprovalQueue only.
@@ -786,6 +787,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "ApprovalsTable/index/by_created"),
         ("dynamodb:UpdateItem", "CustomerDataTable"),
         ("dynamodb:GetItem", "CustomerDataTable"),  # audit verification: a refund key's head (its ledger row)
+        ("dynamodb:Query", "CustomerDataTable"),  # a hand-off's brief and transcript: its conversation's refunds
         # Hand-off close, and erasure: find a customer's conversations, tombstone their messages
         # with UpdateItem under the turn lease (no DeleteItem anywhere: docs/RETENTION.md).
         ("dynamodb:UpdateItem", "ConversationsTable"),
@@ -796,7 +798,8 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "AuditTable/index/by_customer"),
         ("states:StartExecution", "ref:RefundFlow"),
         # Its decisions announced in the conversation's feed: `note#` items only (LeadingKeys, checked in
-        # tests/unit/test_notifications_iam.py); UpdateItem is granted above as well.
+        # tests/unit/test_notifications_iam.py); UpdateItem is granted above as well. A person's reply: the header
+        # read and the message put (`conv_`), its Idempotency-Key (`idem#handoff#`): KEY_PREFIXES below.
         ("dynamodb:GetItem", "ConversationsTable"),
         ("dynamodb:PutItem", "ConversationsTable"),
         # Audit verification: the latest sealed head (its versions listed under the heads/ prefix, one read).
@@ -1078,8 +1081,11 @@ KEY_PREFIXES: dict[str, dict[str, dict[str, set[str]]]] = {
         f: {"ConversationsTable": {f"dynamodb:{a}": {"note#"} for a in ("GetItem", "PutItem", "UpdateItem")}}
         for f in ("ApprovalSweepFunction", "PaymentsFunction", "PaymentsWebhookFunction", "PaymentSweepFunction")
     },
-    # The lead API's notifications; its UpdateItem and Query stay table-wide (UNBOUNDED_ITEM_ACTIONS).
-    "ApprovalsFunction": {"ConversationsTable": {f"dynamodb:{a}": {"note#"} for a in ("GetItem", "PutItem")}},
+    # The lead API's notifications, and a person's reply (store/takeover.py): the header read and the message put,
+    # the reply's Idempotency-Key read and created. Its UpdateItem and Query stay table-wide (UNBOUNDED_ITEM_ACTIONS).
+    "ApprovalsFunction": {
+        "ConversationsTable": {f"dynamodb:{a}": {"note#", "conv_", "idem#handoff#"} for a in ("GetItem", "PutItem")}
+    },
 }
 # Item actions a function named above holds on the whole table, and why.
 UNBOUNDED_ITEM_ACTIONS: dict[str, set[str]] = {
@@ -1155,6 +1161,7 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
     from support_agent.store.notifications import partition
     from support_agent.store.polls import partition as poll_partition
     from support_agent.store.ratelimit import counter_key
+    from support_agent.store.takeover import _key_partition as reply_key
     from support_agent.store.turns import TurnStore, new_turn_id
 
     cid = new_conversation_id()
@@ -1166,6 +1173,7 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
         "rate#mcp#": counter_key(7, 29_000_000, "mcp"),
         "mcp#": stream_of(7),
         "poll#": poll_partition(7),
+        "idem#handoff#": reply_key("hof_01JF3R0000000000000000000Z", "a-key"),
     }
     declared = {
         p for tables in KEY_PREFIXES.values() for actions in tables.values() for ps in actions.values() for p in ps

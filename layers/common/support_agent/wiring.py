@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from support_agent.audit.seal import SealWriter
     from support_agent.auth import Authenticator
     from support_agent.feed import Feed
+    from support_agent.handoffs.brief import Briefs
     from support_agent.llm.base import LlmClient
     from support_agent.mcp.our_tools import McpServices
     from support_agent.refunds import (
@@ -100,6 +101,7 @@ class LeadServices:
     now: Callable[[], str]
     payments: PaymentProvider  # lazy: built on the first refund call (refunds/provider/factory.py)
     takeover: Takeover  # who answers a conversation: claims, replies, hand-backs, closes (store/takeover.py)
+    briefs: Briefs  # what the person picking up a hand-off reads: its brief, its transcript (handoffs/brief.py)
 
 
 class _LazyClient:
@@ -236,9 +238,12 @@ def build_lead_services(
 ) -> LeadServices:
     from support_agent.approvals.decisions import ApprovalDecisions
     from support_agent.audit.seal import SealReader
+    from support_agent.handoffs.brief import Briefs
     from support_agent.refunds import lazy_provider
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
+    from support_agent.store.conversations import ConversationStore
+    from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.erasure import ConversationEraser
     from support_agent.store.handoffs import HandoffStore
     from support_agent.store.takeover import Takeover
@@ -274,6 +279,11 @@ def build_lead_services(
         utc_now,
         payments=payments if payments is not None else lazy_provider(settings),
         takeover=Takeover(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
+        briefs=Briefs(
+            ConversationStore(ddb, settings.conversations_table),
+            CustomerDataStore(ddb, settings.customer_data_table),
+            approvals,
+        ),
     )
 
 

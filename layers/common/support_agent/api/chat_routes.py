@@ -82,8 +82,10 @@ def _deadline(context: Any, limit: float, reserve: float) -> Deadline:
     responses={
         **responses("ChatResponse", 400, 401, 403, 404, 409, 413, 422, 429, 502, 503),
         202: {
-            "description": "The turn goes on in the worker (or a resend while it runs): its record is at Location",
-            "content": json_body("TurnRunning"),
+            "description": "The turn goes on in the worker (or a resend while it runs): its record is at Location. "
+            "Or no turn ran: a person answers the conversation (`owner: person`, its hand-off is open), the message "
+            "is stored for them, and their reply arrives in the event feed (no Location, no turnId)",
+            "content": json_body("ChatAccepted"),
         },
     },
     tags=["customer"],

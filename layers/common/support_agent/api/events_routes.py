@@ -4,6 +4,10 @@ Served by EventsFunction (128 MB, reserved concurrency), not the chat function: 
 ``waitSeconds`` holds a small function, and the feed is read from what is stored (feed.py), never written.
 That concurrency is every customer's, so a poll waits only while it holds one of its customer's few waiting slots
 (store/polls.py); without one it answers at once.
+
+The person holding a hand-off follows the same feed (GET /api/handoffs/{id}/events): the customer's events of that
+conversation, read as the customer reads them. Their polls count and wait as themselves (`staff_reader`), never
+on the customer's read counter or waiting slots, so following a conversation costs its customer nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from support_agent.api.route_docs import responses
-from support_agent.auth import require_customer
+from support_agent.auth import Principal, require_customer, require_staff
 from support_agent.errors import NotFound
-from support_agent.feed import Cursor
+from support_agent.feed import Cursor, Page
 from support_agent.ids import CONVERSATION_ID
 from support_agent.store.polls import WAITS_PER_CUSTOMER
 from support_agent.wiring import events_services
@@ -25,10 +29,20 @@ router = APIGatewayHttpRouter()
 MAX_WAIT_SECONDS = 20  # API Gateway's HTTP API answers 504 after 30 s; the function's timeout is 25 s
 
 
-def _principal() -> Any:
+def _principal() -> Principal:
     from support_agent.api.http import principal
 
     return principal(router)  # type: ignore[arg-type]
+
+
+def staff_reader(p: Principal) -> str:
+    """Whose read counter and waiting slots a staff member's poll takes: their own (``staff:<sub>``, beside the
+    customers' numeric ids under the same ``rate#reads#`` and ``poll#`` prefixes), never the customer's."""
+    return f"staff:{p.sub}"
+
+
+def _page(page: Page) -> dict[str, Any]:
+    return {"events": page.events, "nextCursor": page.cursor.encode()}
 
 
 @router.get(
@@ -60,4 +74,35 @@ def events(
     cursor = Cursor.decode(after, conversation_id)
     with services.waits.waiting(customer_id, waitSeconds) as wait:  # 0 when the customer's slots are all held
         page = services.feed.poll(cursor, customer_id, wait)
-    return {"events": page.events, "nextCursor": page.cursor.encode()}
+    return _page(page)
+
+
+_AFTER = Annotated[str | None, Query(max_length=512, description="A cursor from this feed")]
+_WAIT = Annotated[int, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for an event")]
+
+
+@router.get(
+    "/api/handoffs/<handoff_id>/events",
+    summary="Follow the conversation of a hand-off the caller holds (long poll)",
+    description=(
+        "The customer's event feed of the hand-off's conversation, the same events and cursors (their messages, "
+        "the person's replies as `message` of role `person` with `author`, `handoff.*`, the bot's turns), as "
+        "the customer reads it (tool data only when TRANSPARENCY=verbose). 404 unless the caller holds the "
+        "hand-off (a lead: any hand-off with a conversation); 403 for a customer. A staff member's polls count "
+        "as their own reads (READS_PER_MINUTE per person, 429 `rate_limited`) and wait on their own "
+        f"{WAITS_PER_CUSTOMER} waiting slots, never the customer's: a poll beyond them answers at once."
+    ),
+    responses=responses("FeedPage", 400, 401, 403, 404, 429),
+    tags=["support staff"],
+)
+def handoff_events(handoff_id: str, after: _AFTER = None, waitSeconds: _WAIT = 0) -> dict[str, Any]:
+    services = events_services()
+    p = _principal()
+    require_staff(p)
+    reader = staff_reader(p)
+    services.read_limiter.take(reader)
+    ticket = services.takeover.held(handoff_id, p)  # 404 unless theirs (a lead: any with a conversation)
+    cursor = Cursor.decode(after, str(ticket.conversation_id))
+    with services.waits.waiting(reader, waitSeconds) as wait:
+        page = services.feed.poll(cursor, ticket.customer_id, wait)  # the customer's feed: they own its turns
+    return _page(page)

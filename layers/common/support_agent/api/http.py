@@ -171,12 +171,14 @@ def handle(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any, max
 
 
 def api_handler(
-    router: APIGatewayHttpRouter, authenticator: Callable[[], Authenticator]
+    routers: APIGatewayHttpRouter | Iterable[APIGatewayHttpRouter], authenticator: Callable[[], Authenticator]
 ) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
-    """An API function's Lambda handler: ``router``'s routes on the shared resolver. Every log line carries the
-    API request id (correlation_id); the routes add their own keys (the conversation, the approval)."""
+    """An API function's Lambda handler: the routes of ``routers`` (one, or several a function serves together)
+    on the shared resolver. Every log line carries the API request id (correlation_id); the routes add their own
+    keys (the conversation, the approval)."""
     app = build_resolver(authenticator)
-    app.include_router(router)
+    for router in [routers] if isinstance(routers, APIGatewayHttpRouter) else routers:
+        app.include_router(router)
 
     @observed(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
     @metrics.log_metrics(capture_cold_start_metric=True)

@@ -1,9 +1,10 @@
-"""Support-lead routes: approvals and their decisions, hand-offs, and the audit trail."""
+"""Support-lead routes: approvals and their decisions, the audit trail, erasure. (The hand-off inbox, staff's and
+leads', is api/staff_routes.py; ApprovalsFunction serves both.)"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
@@ -19,8 +20,6 @@ from support_agent.api.responses import (
     AuditRecord,
     AuditVerification,
     ErasureResult,
-    Handoff,
-    HandoffList,
 )
 from support_agent.api.route_docs import responses
 from support_agent.approvals.decisions import Decision
@@ -42,11 +41,6 @@ class RejectRequest(BaseModel):
 class EraseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str | None = Field(None, max_length=500, description="Why, e.g. the erasure request's reference")
-
-
-class CloseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    note: str | None = Field(None, max_length=500)
 
 
 def _lead() -> str:
@@ -137,28 +131,6 @@ def retry(approval_id: str) -> Response[Approval]:
 @_decision("release", "Give up on a FAILED approval (its reservation is released)", description=_NOT_WHILE_SETTLING)
 def release(approval_id: str) -> Response[Approval]:
     return _answer(lead_services().decisions.release(approval_id, _lead()))
-
-
-@_read("/api/handoffs", "List hand-offs", HandoffList, 400, 401, 403)
-def list_handoffs(
-    status: Annotated[Literal["OPEN", "CLOSED"], Query()] = "OPEN", nextToken: _NextToken = None
-) -> HandoffList:
-    _lead()
-    page = pagination.page(nextToken, lambda start: lead_services().handoffs.list(status, start_key=start))
-    return HandoffList(handoffs=[Handoff.of(h) for h in page.items], nextToken=pagination.encode(page.next_key))
-
-
-@router.post(
-    "/api/handoffs/<handoff_id>/close",
-    summary="Close a hand-off",
-    responses=responses(Handoff, 400, 401, 403, 404, 409),
-    tags=_LEAD,
-)
-def close_handoff(handoff_id: str, body: CloseRequest | None = None) -> Handoff:
-    _lead()
-    services = lead_services()
-    actor = principal(router)  # type: ignore[arg-type]
-    return Handoff.of(services.takeover.close(handoff_id, actor, services.now(), body.note if body else None))
 
 
 @_read("/api/audit", "The audit trail of a conversation or of a customer, oldest first", AuditPage, 400, 401, 403)

@@ -1,6 +1,6 @@
 """The OpenAPI 3 document of the whole HTTP API, generated from the Powertools routes.
 
-The routers (chat, events and lead) go on one resolver built as the functions build theirs, and Powertools
+The routers (chat, events, lead and staff) go on one resolver built as the functions build theirs, and Powertools
 writes the document from their pydantic request models, parameters and ``responses=``. Two things
 are then made true to the contract that Powertools cannot know: validation answers 400
 ``bad_request`` (its default 422 entries are removed), and the bearer JWT is required everywhere
@@ -19,7 +19,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
 
-from support_agent.api import chat_routes, events_routes, lead_routes
+from support_agent.api import chat_routes, events_routes, lead_routes, staff_routes
 from support_agent.api.http import build_resolver
 from support_agent.api.route_docs import documented
 from support_agent.auth import Authenticator
@@ -27,8 +27,9 @@ from support_agent.auth import Authenticator
 TITLE = "Support agent API"
 VERSION = "1.0.0"
 DESCRIPTION = (
-    "A customer-support agent: customers chat with a bounded, audited Claude tool-use loop; support leads "
-    "decide refunds above the threshold, close hand-offs and read the audit trail.\n\n"
+    "A customer-support agent: customers chat with a bounded, audited Claude tool-use loop; support staff take "
+    "over the conversations handed to a person (claim, reply, hand back to the bot, close); support leads decide "
+    "refunds above the threshold and read the audit trail.\n\n"
     "Every route except `/api/health` needs `Authorization: Bearer <JWT>`. The customer id comes from the "
     'token only. Errors are `{"error": {"code", "message"}}`; HTTP field names are camelCase, tool '
     "inputs and outputs snake_case, money integer minor units."
@@ -50,6 +51,7 @@ def document() -> dict[str, Any]:
     app.include_router(chat_routes.router)
     app.include_router(events_routes.router)
     app.include_router(lead_routes.router)
+    app.include_router(staff_routes.router)
     for route in app._static_routes + app._dynamic_routes:  # models named by the routes, as classes
         if route.responses:
             route.responses = documented(route.responses)
@@ -76,6 +78,7 @@ def document() -> dict[str, Any]:
             if path in public:
                 operation["security"] = []
     _chat_headers(doc["paths"]["/api/chat"]["post"])
+    _reply_headers(doc["paths"]["/api/handoffs/{handoff_id}/messages"]["post"])
     doc["paths"].update(_mcp_paths())
     doc["components"]["schemas"].update(MCP_SCHEMAS)
     doc["paths"] = dict(sorted(doc["paths"].items()))
@@ -88,13 +91,7 @@ def _chat_headers(operation: dict[str, Any]) -> None:
     ``Idempotency-Key`` and ``Prefer`` in; ``Location``, ``Idempotent-Replayed`` and ``Preference-Applied``
     out."""
     operation["parameters"] = [
-        {
-            "name": "Idempotency-Key",
-            "in": "header",
-            "required": False,
-            "description": "1 to 255 visible ASCII characters; a resend with it gets the turn's answer again",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x21-\\x7e]+$"},
-        },
+        _idempotency_key("a resend with it gets the turn's answer again"),
         {
             "name": "Prefer",
             "in": "header",
@@ -103,22 +100,43 @@ def _chat_headers(operation: dict[str, Any]) -> None:
             "schema": {"type": "string"},
         },
     ]
-    replayed = {
-        "Idempotent-Replayed": {
-            "description": "`true` when the answer is a stored one, for a resend with the same key",
-            "schema": {"type": "string", "enum": ["true"]},
-        }
-    }
+    replayed = dict(_REPLAYED)
     operation["responses"]["200"]["headers"] = dict(replayed)
     operation["responses"]["202"]["headers"] = {
         "Location": {
-            "description": "The turn's record: GET it until it is not running",
-            "required": True,
+            "description": "The turn's record: GET it until it is not running. Absent when a person answers the "
+            "conversation (`owner: person`): no turn ran",
             "schema": {"type": "string"},
         },
         "Preference-Applied": {"description": "`respond-async` when asked for", "schema": {"type": "string"}},
         **replayed,
     }
+
+
+_REPLAYED = {
+    "Idempotent-Replayed": {
+        "description": "`true` when the answer is a stored one, for a resend with the same key",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+}
+
+
+def _idempotency_key(what: str) -> dict[str, Any]:
+    return {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": f"1 to 255 visible ASCII characters; {what}",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x21-\\x7e]+$"},
+    }
+
+
+def _reply_headers(operation: dict[str, Any]) -> None:
+    """A person's reply reads ``Idempotency-Key`` from the event, as the chat route does, and answers a resend with
+    ``Idempotent-Replayed``."""
+    key = _idempotency_key("a resend with it is answered from the first, stored once")
+    operation["parameters"] = [*operation.get("parameters", []), key]
+    operation["responses"]["201"]["headers"] = dict(_REPLAYED)
 
 
 _ERROR = {"$ref": "#/components/schemas/ErrorBody"}

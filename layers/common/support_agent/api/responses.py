@@ -69,7 +69,13 @@ class ChatResponse(_Shape):
     conversationId: str
     turnId: str = Field(..., description="The turn's record: GET /api/conversations/{id}/turns/{turnId}")
     reply: str
-    stopReason: Literal["end_turn", "stop_sequence", "refusal", "max_tokens", "max_iterations", "deadline"]
+    stopReason: Literal[
+        "end_turn", "stop_sequence", "refusal", "max_tokens", "max_iterations", "deadline", "handed_to_person"
+    ] = Field(
+        ...,
+        description="`handed_to_person`: a person claimed the conversation's hand-off while the turn ran; the "
+        "model's answer after the claim was dropped and `reply` says a teammate has joined",
+    )
     iterations: int = Field(..., ge=0)
     inputTokens: int = Field(..., ge=0, description="Uncached input tokens, summed over the turn")
     outputTokens: int = Field(..., ge=0)
@@ -88,6 +94,22 @@ class TurnRunning(_Shape):
     turnId: str
     status: Literal["running"]
     eventsUrl: str = Field(..., description="The conversation's event feed: the turn's steps as they are stored")
+
+
+class KeptForPerson(_Shape):
+    """202: a person answers the conversation (its hand-off is open): the message is stored for them and no turn
+    ran, so there is no ``turnId`` and no ``Location``; their reply arrives in the event feed."""
+
+    conversationId: str
+    owner: Literal["person"]
+    status: Literal["queued", "assigned"] = Field(
+        ..., description="queued: no one has claimed the hand-off yet; assigned: a person holds it"
+    )
+    eventsUrl: str = Field(..., description="The conversation's event feed, where the person's reply shows")
+
+
+ChatAccepted = TurnRunning | KeptForPerson
+"""POST /api/chat's 202: a turn going on in the worker, or a message kept for a person."""
 
 
 class TurnError(_Shape):
@@ -116,10 +138,18 @@ class FeedEvent(_Shape):
         "turn.failed",
         "approval.decided",
         "refund.settled",
+        "handoff.opened",
+        "handoff.assigned",
+        "handoff.released",
+        "handoff.closed",
+        "handoff.returned_to_bot",
     ]
     at: str = Field(..., description="When it was stored (ISO 8601, UTC)")
     turnId: str | None = Field(..., description="The turn it belongs to (none for a lead's decision or a refund)")
-    role: Literal["user", "assistant"] | None = Field(None, description="message: who wrote it")
+    role: Literal["user", "assistant", "person"] | None = Field(
+        None, description="message: who wrote it (person: a support teammate)"
+    )
+    author: str | None = Field(None, description="message of role person: the teammate's display name")
     text: str | None = Field(None, description="message")
     toolUseId: str | None = Field(None, description="tool.requested, tool.finished: pairs the two")
     name: str | None = Field(
@@ -139,6 +169,8 @@ class FeedEvent(_Shape):
     orderId: int | None = Field(None, description="approval.decided, refund.settled")
     amountCents: int | None = Field(None, description="approval.decided, refund.settled")
     status: CustomerRefundStatus | None = Field(None, description="approval.decided, refund.settled")
+    handoffId: str | None = Field(None, description="handoff.*: the hand-off")
+    by: str | None = Field(None, description="handoff.assigned: the display name of the person who answers now")
 
 
 class FeedPage(_Shape):
@@ -167,7 +199,8 @@ class MessageToolCall(_Shape):
 
 class ConversationMessage(_Shape):
     seq: int
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "person"] = Field(..., description="person: a support teammate's reply")
+    author: str | None = Field(None, description="role person: the teammate's display name")
     createdAt: str
     text: str
     toolCalls: list[MessageToolCall] | None = Field(None, description="Only when TRANSPARENCY=verbose")
@@ -249,20 +282,82 @@ class ApprovalList(_Shape):
     nextToken: str | None
 
 
+class BriefRefund(_Shape):
+    orderId: int | None
+    amountCents: int | None
+    currency: str | None
+    status: CustomerRefundStatus | None = Field(..., description="The customers' word for it, as they read it")
+    approvalId: str | None = Field(..., description="null for a direct refund (within the threshold)")
+    approvalStatus: ApprovalStatus | None = Field(..., description="The approval's own state, when held for a lead")
+
+
+class BriefMessage(_Shape):
+    seq: int
+    role: Literal["user", "assistant", "person"]
+    author: str | None = Field(None, description="role person: the teammate's display name")
+    text: str = Field(..., max_length=500, description="Cut to 500 characters: the transcript has the rest")
+    createdAt: str
+
+
+class HandoffBrief(_Shape):
+    """What the person picking it up reads first, built by code from what is stored (handoffs/brief.py), never by
+    the model. An MCP call's hand-off (no conversation) has the customer and the reason only."""
+
+    customerId: int
+    reason: str
+    orders: list[int] = Field(..., description="The orders the conversation's tool calls and refunds named")
+    invoices: list[int | str] = Field(..., description="The invoices its list_invoices calls returned")
+    refunds: list[BriefRefund]
+    lastMessages: list[BriefMessage] = Field(..., description="The last 6 messages with text, oldest first")
+
+    @classmethod
+    def of(cls, source: Any, **given: Any) -> Self:
+        return super().of(
+            source,
+            refunds=[BriefRefund.of(r) for r in source.refunds],
+            lastMessages=[BriefMessage.of(m) for m in source.last_messages],
+            **given,
+        )
+
+
 class Handoff(_Shape):
     handoffId: str
-    status: str | None
+    status: Literal["OPEN", "ASSIGNED", "CLOSED"] | None
     customerId: int | None
-    conversationId: str | None
+    conversationId: str | None = Field(..., description="null for an MCP call's hand-off: it stays a ticket")
     reason: str | None
     createdAt: str | None
+    assignee: str | None = Field(..., description="ASSIGNED: the sub of the person who answers the conversation")
+    assigneeName: str | None = Field(..., description="The name the customer is shown for them")
+    assignedAt: str | None
     closedBy: str | None
     closedAt: str | None
+    closedAs: Literal["closed", "returned_to_bot"] | None = Field(
+        ..., description="CLOSED: closed, or handed back to the bot (`POST /api/handoffs/{id}/return`)"
+    )
+    brief: HandoffBrief
+
+    @classmethod
+    def of(cls, source: Any, **given: Any) -> Self:
+        """``brief``: the hand-off's `handoffs.brief.Brief`, given (it is read from other stores)."""
+        return super().of(source, brief=HandoffBrief.of(given.pop("brief")), **given)
 
 
 class HandoffList(_Shape):
     handoffs: list[Handoff]
     nextToken: str | None
+
+
+class PersonReply(_Shape):
+    """201: a person's reply, stored in the conversation (and in its event feed) as a message of role person."""
+
+    handoffId: str
+    conversationId: str
+    seq: int = Field(..., description="Its place in the conversation, in order with the customer's messages")
+    role: Literal["person"]
+    author: str = Field(..., description="The display name the customer sees")
+    text: str
+    createdAt: str
 
 
 class AuditRecord(_Shape):

@@ -62,6 +62,7 @@ class Handoff(StreamOwner):
     assignee_name: str | None = None
     assigned_at: str | None = None
     closed_as: ClosedAs | None = None  # how it ended: closed, or handed back to the bot
+    last_reply_at: str | None = None  # its holder's last reply (store/takeover.py)
 
     @property
     def handoff_id(self) -> str:

@@ -34,13 +34,14 @@ WAITS_PER_CUSTOMER = 2  # a customer's page and one more (another tab or device)
 HOLD_MARGIN = 5
 
 
-def partition(customer_id: int) -> str:
+def partition(customer_id: int | str) -> str:
+    """A customer's slots (their id), or a staff member's (``staff:<sub>``, api/events_routes.py)."""
     return f"{KEY_PREFIX}{customer_id}"
 
 
 @dataclass(frozen=True)
 class Slot:
-    customer_id: int
+    customer_id: int | str
     index: int
     holder: str  # this poll's own token: only it releases the slot
 
@@ -60,7 +61,7 @@ class PollSlots:
         self.per_customer = per_customer
         self._clock = clock
 
-    def take(self, customer_id: int, wait_seconds: float) -> Slot | None:
+    def take(self, customer_id: int | str, wait_seconds: float) -> Slot | None:
         """A free slot of the customer's, held until the wait (plus HOLD_MARGIN) has passed; None when every one
         is held (the poll must not wait)."""
         now = self._clock()
@@ -96,7 +97,7 @@ class PollSlots:
                 obs.logger.warning("poll_slot_not_released", extra={"event": "poll_slot_not_released"})
 
     @contextmanager
-    def waiting(self, customer_id: int, wait_seconds: float) -> Iterator[float]:
+    def waiting(self, customer_id: int | str, wait_seconds: float) -> Iterator[float]:
         """The seconds a poll may wait: ``wait_seconds`` while it holds a slot (released when the block ends), 0
         when the customer's slots are all held. A poll that does not wait takes none."""
         slot = self.take(customer_id, wait_seconds) if wait_seconds > 0 else None
@@ -106,7 +107,7 @@ class PollSlots:
             if slot is not None:
                 self.release(slot)
 
-    def held(self, customer_id: int) -> int:
+    def held(self, customer_id: int | str) -> int:
         """How many of the customer's slots are held now (tests, operations)."""
         now = self._clock()
         out = self._db.query(

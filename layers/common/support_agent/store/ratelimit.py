@@ -29,7 +29,8 @@ Kind = Literal["turns", "reads", "mcp"]
 _SCOPE: dict[Kind, str] = {"turns": "", "reads": "reads#", "mcp": "mcp#"}
 
 
-def counter_key(customer_id: int, minute: int, kind: Kind = "turns") -> str:
+def counter_key(customer_id: int | str, minute: int, kind: Kind = "turns") -> str:
+    """A customer's counter (their id), or a staff member's reads (``staff:<sub>``, api/events_routes.py)."""
     return f"{KEY_PREFIX}{_SCOPE[kind]}{customer_id}#{minute}"
 
 
@@ -56,7 +57,7 @@ class RateLimiter:
         self._clock = clock
         self.kind = kind
 
-    def take(self, customer_id: int) -> int:
+    def take(self, customer_id: int | str) -> int:
         """Count one request for the customer in this minute; returns the count, or raises 429 ``rate_limited``."""
         now = self._clock()
         minute = math.floor(now / 60)
