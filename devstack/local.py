@@ -33,7 +33,7 @@ from devstack.simulated_model.server import SimulatedModelServer
 from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, SimulatedStripeServer
 from devstack.simulated_stripe import start as start_stripe
 from devstack.stack import REPO_ROOT, Stack, deploy
-from devstack.tokens import mint_token
+from devstack.tokens import mint_token, team_tokens
 
 if TYPE_CHECKING:
     from devstack.carrier_mcp import CarrierStub
@@ -116,7 +116,8 @@ def demo_tokens(secret: str, issuer: str, audience: str, simulated: bool) -> dic
             }
             for c in data["customers"]
         ],
-        "leads": [{"sub": lead, "token": mint_token(lead, "support_lead", None, **kw)} for lead in data["leads"]],
+        "leads": team_tokens(data["leads"], "support_lead", **kw),
+        "staff": team_tokens(data.get("staff", []), "support_staff", **kw),
         "simulatedModel": simulated,
     }
 
@@ -292,7 +293,9 @@ def banner(local: LocalStack) -> str:
     for c in local.tokens["customers"]:
         lines.append(f"  customer {c['customerId']} ({c['name']}): {c['token']}")
     for lead in local.tokens["leads"]:
-        lines.append(f"  lead {lead['sub']}: {lead['token']}")
+        lines.append(f"  lead {lead['sub']} ({lead['name']}): {lead['token']}")
+    for person in local.tokens["staff"]:
+        lines.append(f"  support staff {person['sub']} ({person['name']}): {person['token']}")
     lines += ["", "Ctrl-C stops everything."]
     return "\n".join(lines)
 

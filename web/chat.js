@@ -1,4 +1,5 @@
-/* The chat page: sign in as a customer, converse, see replies, usage, the tool-call trace and refunds. */
+/* The chat page: sign in as a customer, converse, see replies, usage, the tool-call trace and refunds; and a person
+ * from support when the conversation was handed to one (their replies, who joined, when the assistant is back). */
 (function () {
   "use strict";
   var SA = window.SA;
@@ -31,6 +32,12 @@
     refundsPending: false, // a refund of the conversation awaits a lead or the payment provider
     orderCurrency: {}, // order id -> its currency, from lookup_order results (verbose)
     refundsTimer: null,
+    handoff: null, // the conversation is with a person: {id, status: "OPEN" (queued) | "ASSIGNED", name}
+    probe: false, // an opened conversation: the feed is read once to learn whether a person has it
+    awaitEnd: null, // a turn answered (200) whose end the feed has not shown yet (what it did may follow, a hand-off)
+    shown: {}, // "role|createdAt|text" of messages on the page, and the hand-off news shown: never twice
+    historyLastAt: "", // the newest message of the history: older hand-off news only sets the state
+    sentForPerson: [], // messages this page sent to a person, not yet seen again in the feed
   };
 
   // ---------------------------------------------------------------- sign in
@@ -179,6 +186,12 @@
     state.live = {};
     state.answered = {};
     state.historyTail = null;
+    state.probe = false;
+    state.awaitEnd = null;
+    state.shown = {};
+    state.historyLastAt = "";
+    state.sentForPerson = [];
+    setHandoff(null);
     SA.clear($("transcript")).appendChild(h("p", { class: "muted transcript-empty", id: "transcript-empty" }, "Ask about an order, an invoice or a refund."));
     SA.clear($("trace-panel")).appendChild(h("p", { id: "trace-empty", class: "muted" }, "No tool calls yet."));
     renderRefunds([]);
@@ -208,7 +221,8 @@
         resetConversationView();
         renderHistory((r.data && r.data.messages) || []);
         renderRefunds((r.data && r.data.refunds) || []);
-        follow(); // a refund pending, or a last turn without an answer (it may still run)
+        state.probe = true; // whether a person has the conversation: the feed's hand-off news says
+        follow(); // that, a refund pending, or a last turn without an answer (it may still run)
       },
       function (err) {
         if (seq !== state.loadSeq) return;
@@ -228,12 +242,17 @@
     $("chat-status").textContent = "";
   }
 
-  /** Rebuilds turns from the reader's view: a user message with text starts a turn. */
+  /** Rebuilds turns from the reader's view: a user message with text starts a turn; a person's message stands
+   * alone. */
   function renderHistory(messages) {
     var turn = null;
     var turns = [];
     messages.forEach(function (m) {
-      if (m.role === "user" && m.text) {
+      if (m.createdAt && m.createdAt > state.historyLastAt) state.historyLastAt = m.createdAt;
+      if (m.role === "person") {
+        turns.push({ person: m });
+        turn = null;
+      } else if (m.role === "user" && m.text) {
         turn = { user: m, texts: [], iterations: [] };
         turns.push(turn);
       } else if (m.role === "assistant") {
@@ -247,8 +266,17 @@
       }
     });
     turns.forEach(function (t, i) {
-      state.turn++;
+      if (t.person) {
+        appendPerson(t.person.author, t.person.text, t.person.createdAt);
+        return;
+      }
       var userEl = t.user ? appendUser(t.user.text, t.user.createdAt) : null;
+      if (!t.iterations.length) {
+        // No answer: kept for a person, or (the last one) its turn may still be running: the feed says.
+        if (i === turns.length - 1) state.historyTail = { userText: t.user.text, userEl: userEl, replyEl: null, traceEl: null };
+        return;
+      }
+      state.turn++;
       var replyEl = appendReply(
         {
           reply: t.texts.join("\n\n"),
@@ -291,7 +319,30 @@
 
   function appendUser(text, createdAt) {
     removeEmpty();
+    if (createdAt) state.shown[["user", createdAt, text].join("|")] = true;
     var el = userElement(text, createdAt);
+    $("transcript").appendChild(el);
+    scrollTranscript();
+    return el;
+  }
+
+  /** A support teammate's message: their name, marked as a person (not the assistant). */
+  function appendPerson(author, text, createdAt) {
+    removeEmpty();
+    if (createdAt) state.shown[["person", createdAt, text].join("|")] = true;
+    var name = author || "Support";
+    var el = h(
+      "article",
+      { class: "message person", "data-author": author || null, "aria-label": name + " from support said" },
+      h(
+        "div",
+        { class: "message-head" },
+        h("span", { class: "who" }, name),
+        h("span", { class: "badge person-badge" }, "support"),
+        createdAt ? h("time", { datetime: createdAt, class: "muted" }, SA.time(createdAt)) : null
+      ),
+      h("div", { class: "message-text" }, text)
+    );
     $("transcript").appendChild(el);
     scrollTranscript();
     return el;
@@ -562,6 +613,121 @@
     scrollTranscript();
   }
 
+  // ------------------------------------------------------ a person from support
+  //
+  // escalate_to_human hands the conversation to a person (handoff.opened); while the hand-off is open the assistant
+  // does not answer: a message is kept for the person (POST /api/chat answers 202 owner "person", no turn to
+  // follow). A teammate claims it (handoff.assigned, with their name) and replies (message events of role
+  // "person"); they release it (handoff.released: queued again), hand it back (handoff.returned_to_bot) or close it
+  // (handoff.closed): the assistant answers again. The page follows the feed as long as a hand-off is open.
+
+  var HANDOFF_WORDS = {
+    "handoff.opened": function () {
+      return "You asked for a person: someone from support will join this conversation. Until then your messages wait for them (the assistant does not answer).";
+    },
+    "handoff.assigned": function (e) {
+      return (e.by || "Someone") + " from support joined.";
+    },
+    "handoff.released": function (e, was) {
+      return (was && was.name ? was.name : "The person from support") + " stepped away; the next person from support will pick this up.";
+    },
+    "handoff.returned_to_bot": function () {
+      return "The assistant is back: it answers your next message.";
+    },
+    "handoff.closed": function () {
+      return "Support closed this hand-off. The assistant answers your next message.";
+    },
+  };
+
+  function handoffActive() {
+    return !!state.handoff;
+  }
+
+  function setHandoff(handoff) {
+    state.handoff = handoff;
+    var el = $("handoff-status");
+    if (!handoff) {
+      el.hidden = true;
+      el.textContent = "";
+      el.removeAttribute("data-status");
+      return;
+    }
+    el.setAttribute("data-status", handoff.status);
+    el.textContent =
+      handoff.status === "ASSIGNED"
+        ? (handoff.name || "A person") + " from support is answering this conversation."
+        : "Waiting for a person from support: your messages are kept for them.";
+    el.hidden = false;
+  }
+
+  /** A hand-off's news: the state always; a line in the conversation unless `quiet` (older than the history). */
+  function handoffNews(e, quiet) {
+    var was = state.handoff;
+    var id = e.handoffId || (was && was.id) || null;
+    if (e.type === "handoff.opened" || e.type === "handoff.released") setHandoff({ id: id, status: "OPEN", name: null });
+    else if (e.type === "handoff.assigned") setHandoff({ id: id, status: "ASSIGNED", name: e.by || null });
+    else if (e.type === "handoff.returned_to_bot" || e.type === "handoff.closed") setHandoff(null);
+    var key = [e.type, e.at, id].join("|");
+    if (quiet || !HANDOFF_WORDS[e.type] || state.shown[key]) return;
+    state.shown[key] = true;
+    removeEmpty();
+    $("transcript").appendChild(
+      h(
+        "div",
+        { class: "message system handoff-update", "data-event": e.type, "aria-label": "Support update" },
+        h("div", { class: "message-head" }, h("span", { class: "who" }, "Support"), e.at ? h("time", { datetime: e.at, class: "muted" }, SA.time(e.at)) : null),
+        h("p", { class: "message-text handoff-update-text" }, HANDOFF_WORDS[e.type](e, was))
+      )
+    );
+    scrollTranscript();
+  }
+
+  function personMessage(e) {
+    if (state.shown[["person", e.at, e.text || ""].join("|")]) return;
+    appendPerson(e.author, e.text || "", e.at);
+  }
+
+  /** While a person has the conversation, a customer's message is stored under a turn that never runs (no end):
+   * shown as the customer's message (once), never as the assistant working. True when `e` was that. */
+  function keptMessage(e) {
+    if (e.type === "turn.started") return true;
+    if (e.type !== "message" || e.role !== "user") return false;
+    var text = e.text || "";
+    if (state.shown[["user", e.at, text].join("|")]) return true;
+    var p = state.pending;
+    if (p && text === p.text) {
+      p.echoed = true; // this page's message, on the page already
+      return true;
+    }
+    var sent = state.sentForPerson.indexOf(text);
+    if (sent >= 0) {
+      state.sentForPerson.splice(sent, 1);
+      return true;
+    }
+    appendUser(text, e.at); // sent from elsewhere (another tab or device)
+    return true;
+  }
+
+  /** 202 owner "person": the message is stored for a person; no turn runs, so nothing to wait for but their reply. */
+  function keptForPerson(p, data) {
+    var t = p.turnId ? state.live[p.turnId] : null;
+    if (t && !t.ended) {
+      // The feed showed its turn starting before the page knew a person has the conversation: it never runs.
+      t.ended = true;
+      state.answered[t.id] = true;
+      if (t.el.parentNode) t.el.remove();
+      if (t.traceEl) t.traceEl.remove();
+    }
+    if (!handoffActive()) setHandoff({ id: null, status: data.status === "assigned" ? "ASSIGNED" : "OPEN", name: null });
+    if (!p.echoed) state.sentForPerson.push(p.text);
+    var name = state.handoff.status === "ASSIGNED" ? state.handoff.name : null;
+    p.userEl.appendChild(h("p", { class: "sent-note muted" }, name ? "Sent — " + name + " will reply here." : "Sent — a person from support will reply here."));
+    state.pending = null;
+    setSending(false);
+    if (state.token) $("message").focus();
+    follow();
+  }
+
   // ---------------------------------------------------------- the event feed
   //
   // GET /api/conversations/{id}/events?after=<cursor>&waitSeconds=20 answers as soon as the conversation has an
@@ -580,7 +746,7 @@
   var FEED_RETRY_MS = [1000, 2000, 5000, 10000, 30000];
 
   function feedWanted() {
-    if (state.pending || state.refundsPending || state.historyTail) return true;
+    if (state.pending || state.refundsPending || state.historyTail || state.probe || state.awaitEnd || handoffActive()) return true;
     return Object.keys(state.live).some(function (id) {
       return !state.live[id].ended;
     });
@@ -668,6 +834,10 @@
   function feedPage(f, page) {
     var gen = f.gen;
     var events = page.events || [];
+    events.forEach(function (e) {
+      if (e.turnId && e.turnId === state.awaitEnd && (e.type === "turn.completed" || e.type === "turn.failed")) state.awaitEnd = null;
+    });
+    if (!f.catchingUp && !events.length) state.awaitEnd = null; // a whole wait with nothing: it was missed, or is no event
     if (f.catchingUp) {
       f.caught = f.caught.concat(events);
       if (page.nextCursor) f.catchCursor = page.nextCursor;
@@ -677,6 +847,7 @@
       var caught = f.caught;
       f.caught = [];
       applyCaughtUp(caught);
+      state.probe = false;
     } else {
       if (page.nextCursor) f.cursor = page.nextCursor;
       events.forEach(applyEvent);
@@ -731,6 +902,7 @@
     });
     events.forEach(function (e) {
       if (e.type === "approval.decided" || e.type === "refund.settled") news[refundKey(e)] = e;
+      else if (/^handoff\./.test(e.type)) handoffNews(e, !!state.historyLastAt && e.at <= state.historyLastAt);
       else if (!e.turnId || !ended[e.turnId] || state.live[e.turnId] || isAwaited(e.turnId) || e.turnId === tailTurn) applyEvent(e);
     });
     state.historyTail = null; // a turn still running has taken its place by now
@@ -741,6 +913,9 @@
 
   function applyEvent(e) {
     if (e.type === "approval.decided" || e.type === "refund.settled") return refundNews(e);
+    if (/^handoff\./.test(e.type)) return handoffNews(e, false);
+    if (e.type === "message" && e.role === "person") return personMessage(e);
+    if (e.turnId && !state.live[e.turnId] && handoffActive() && keptMessage(e)) return;
     if (!e.turnId || state.answered[e.turnId]) return;
     var t = liveTurn(e.turnId);
     var seen = [e.type, e.at, e.toolUseId || "", e.role || "", e.text || ""].join("|");
@@ -938,7 +1113,7 @@
     $("send").disabled = on;
     $("new-conversation").disabled = on;
     $("composer").setAttribute("aria-busy", on ? "true" : "false");
-    $("chat-status").textContent = on ? "The agent is working…" : "";
+    $("chat-status").textContent = on ? (handoffActive() ? "Sending…" : "The agent is working…") : "";
   }
 
   /** A 200 body: the turn's reply, in place of its live view when the feed showed it running (never twice). */
@@ -1007,6 +1182,7 @@
         var data = r.data || {};
         if (data.conversationId) setConversationId(data.conversationId);
         if (data.turnId) p.turnId = data.turnId;
+        if (r.status === 202 && data.owner === "person") return keptForPerson(p, data);
         if (r.status === 202) {
           // The turn goes on in the worker: the feed shows its steps and its answer, and ends the send.
           $("chat-status").textContent = "The agent is still working (a long turn)…";
@@ -1015,6 +1191,9 @@
           follow();
           return;
         }
+        var seen = data.turnId ? state.live[data.turnId] : null;
+        // What the turn did may have news the feed has not shown yet (a hand-off it opened): read until its end.
+        if (data.turnId && !(seen && seen.ended)) state.awaitEnd = data.turnId;
         showAnswer(data, text);
         finishSend(p);
       },

@@ -1,4 +1,5 @@
-/* The lead console: approvals (approve, reject, retry, release), hand-offs, and the audit trail. */
+/* The console: approvals (approve, reject, retry, release) and the audit trail for support leads; the inbox of
+ * hand-offs (web/inbox.js) for leads and support staff alike. */
 (function () {
   "use strict";
   var SA = window.SA;
@@ -26,10 +27,8 @@
     approvalsFetchedAt: 0,
     busy: {}, // approvalId or handoffId → true while an action runs
     notes: {}, // approvalId or handoffId → {text, error}
-    handoffs: [],
-    handoffsNext: null,
-    handoffPages: 0,
-    handoffsLoading: false,
+    role: null, // the token's role claim, for what the page shows (the API decides what is allowed)
+    sub: null,
     auditNext: null,
     auditQuery: null,
     refreshTimer: null,
@@ -41,16 +40,20 @@
   function leadLabel(token, fallback) {
     if (fallback) return fallback;
     var c = SA.claims(token) || {};
-    return c.name || c.sub || "lead";
+    return c.name && c.sub ? c.name + " (" + c.sub + ")" : c.name || c.sub || "lead";
+  }
+
+  function isLead() {
+    return state.role !== "support_staff";
   }
 
   function renderDevLeads(tokens) {
     var box = $("dev-leads");
     SA.clear(box);
     var leads = (tokens && tokens.leads) || [];
-    leads.forEach(function (l) {
-      // sub "lead-1" → #signin-lead-1 (a sub without the prefix gets it: "ana" → #signin-lead-ana)
-      var key = /^lead-/.test(l.sub) ? l.sub : "lead-" + l.sub;
+    var staff = (tokens && tokens.staff) || [];
+    function button(p, key, what) {
+      var label = p.name ? p.name + " (" + p.sub + ")" : p.sub;
       box.appendChild(
         h(
           "button",
@@ -60,34 +63,60 @@
             "data-testid": "signin-" + key,
             class: "signin-button",
             onclick: function () {
-              signIn(l.token, l.sub);
+              signIn(p.token, label);
             },
           },
-          "Sign in as " + l.sub
+          "Sign in as " + label + ", " + what
         )
       );
+    }
+    leads.forEach(function (l) {
+      // sub "lead-1" → #signin-lead-1 (a sub without the prefix gets it: "ana" → #signin-lead-ana)
+      button(l, /^lead-/.test(l.sub) ? l.sub : "lead-" + l.sub, "support lead");
     });
-    $("dev-signin").hidden = leads.length === 0;
+    staff.forEach(function (p) {
+      button(p, "staff-" + p.sub, "support staff"); // agent-1 → #signin-staff-agent-1
+    });
+    $("dev-signin").hidden = leads.length + staff.length === 0;
+  }
+
+  /** A lead sees everything; support staff the inbox only (approvals and the audit trail answer them 403). */
+  function applyRole() {
+    var lead = isLead();
+    Array.prototype.forEach.call(document.querySelectorAll(".lead-only"), function (el) {
+      el.hidden = !lead;
+      if (el.tagName === "OPTION") el.disabled = !lead;
+    });
+    $("role-note").hidden = lead;
+    var f = $("handoff-filter");
+    if (f.options[f.selectedIndex] && f.options[f.selectedIndex].disabled) f.value = "OPEN";
   }
 
   var PAGE = {
     key: "lead",
     refuse: function (c) {
       return c.role === "customer"
-        ? "This is a customer token; the lead console needs a support_lead token (customers use the chat page)."
+        ? "This is a customer token; the lead console needs a support_lead or support_staff token (customers use the chat page)."
         : null;
     },
     check: function (token, label) {
+      var c = SA.claims(token) || {};
       state.token = token;
       state.label = label;
-      return loadApprovals(false); // the first call checks the token
+      state.role = c.role || null;
+      state.sub = c.sub || null;
+      applyRole();
+      // The first call checks the token: the approvals for a lead, the inbox for support staff.
+      return isLead() ? loadApprovals(false) : inbox.load(false);
     },
     opened: function () {
-      loadHandoffs(false).catch(function (err) {
-        handleError(err, "Could not list hand-offs");
-      });
+      if (isLead()) {
+        inbox.load(false).catch(function (err) {
+          handleError(err, "Could not list hand-offs");
+        });
+      }
       startTimers();
-      $("approvals-title").focus();
+      $(isLead() ? "approvals-title" : "handoffs-title").focus();
     },
     failed: function () {
       state.token = null;
@@ -100,12 +129,13 @@
 
   function signOut(err) {
     stopTimers();
+    inbox.stop();
     state.token = null;
+    state.role = state.sub = null;
     state.pinned = {};
     state.busy = {};
     state.notes = {};
     SA.clear($("approvals"));
-    SA.clear($("handoffs"));
     SA.clear($("audit"));
     SA.clear($("outcome"));
     $("audit-summary").textContent = "";
@@ -125,11 +155,14 @@
   function startTimers() {
     stopTimers();
     state.refreshTimer = setInterval(function () {
-      if (document.hidden || !state.token || !$("auto-refresh").checked) return;
+      if (document.hidden || !state.token) return;
+      if (!isLead() || $("auto-refresh").checked) {
+        if (inbox.pages() <= 1) inbox.load(false).catch(function () {});
+      }
+      if (!isLead() || !$("auto-refresh").checked) return;
       if (state.approvalPages <= 1) loadApprovals(false).catch(function (err) {
         handleError(err, "Auto-refresh failed");
       });
-      if (state.handoffPages <= 1) loadHandoffs(false).catch(function () {});
     }, REFRESH_MS);
     state.ageTimer = setInterval(updateAges, 15000);
   }
@@ -252,6 +285,7 @@
 
   function auditButton(conversationId) {
     if (!conversationId) return h("span", { class: "muted" }, "—");
+    if (!isLead()) return h("code", { "data-conversation-id": conversationId }, conversationId); // no audit for staff
     return h(
       "button",
       {
@@ -474,126 +508,6 @@
     decide(a, "release", null, "Releasing…");
   }
 
-  // --------------------------------------------------------------- handoffs
-
-  function loadHandoffs(append) {
-    if (state.handoffsLoading) return Promise.resolve();
-    state.handoffsLoading = true;
-    var status = $("handoff-filter").value;
-    var q = "?status=" + encodeURIComponent(status) + (append && state.handoffsNext ? "&nextToken=" + encodeURIComponent(state.handoffsNext) : "");
-    return SA.api("/api/handoffs" + q, { token: state.token }).then(
-      function (r) {
-        state.handoffsLoading = false;
-        if (status !== $("handoff-filter").value) return;
-        var data = r.data || {};
-        var list = data.handoffs || [];
-        state.handoffs = append ? state.handoffs.concat(list) : list;
-        state.handoffPages = append ? state.handoffPages + 1 : 1;
-        state.handoffsNext = data.nextToken || null;
-        renderHandoffs();
-      },
-      function (err) {
-        state.handoffsLoading = false;
-        throw err;
-      }
-    );
-  }
-
-  function renderHandoffs() {
-    var tbody = $("handoffs");
-    var existing = {};
-    Array.prototype.forEach.call(tbody.querySelectorAll("tr.handoff-row"), function (tr) {
-      existing[tr.getAttribute("data-handoff-id")] = tr;
-    });
-    var keep = {};
-    state.handoffs.forEach(function (ho, i) {
-      keep[ho.handoffId] = true;
-      var sig = JSON.stringify([ho.status, ho.closedBy, ho.closedAt, ho.reason, !!state.busy[ho.handoffId], state.notes[ho.handoffId] || null]);
-      var row = existing[ho.handoffId];
-      if (!row || row.getAttribute("data-sig") !== sig) {
-        row = row || h("tr", { class: "handoff-row", "data-handoff-id": ho.handoffId });
-        fillHandoffRow(row, ho);
-        row.setAttribute("data-sig", sig);
-      }
-      if (tbody.children[i] !== row) tbody.insertBefore(row, tbody.children[i] || null);
-    });
-    Object.keys(existing).forEach(function (id) {
-      if (!keep[id]) existing[id].remove();
-    });
-    updateAges();
-    $("handoffs-empty").hidden = state.handoffs.length > 0;
-    $("handoffs-more").hidden = !state.handoffsNext;
-  }
-
-  function fillHandoffRow(row, ho) {
-    var id = ho.handoffId;
-    var busy = !!state.busy[id];
-    var note = state.notes[id];
-    row.setAttribute("data-status", ho.status || "");
-    var actions = h("td", { "data-label": "Actions", class: "actions" });
-    if (ho.status === "OPEN") {
-      var input = row.querySelector("input.close-note") || h("input", { type: "text", id: "close-note-" + id, class: "close-note", maxlength: "500", placeholder: "Note (optional)" });
-      input.setAttribute("aria-label", "Note for closing the hand-off of customer " + ho.customerId + " (optional)");
-      input.disabled = busy;
-      actions.appendChild(input);
-      actions.appendChild(
-        h(
-          "button",
-          {
-            type: "button",
-            class: "close-handoff",
-            "data-handoff-id": id,
-            "aria-label": "Close the hand-off of customer " + ho.customerId,
-            disabled: busy,
-            onclick: function () {
-              closeHandoff(ho, input.value.trim());
-            },
-          },
-          "Close"
-        )
-      );
-    } else {
-      actions.appendChild(h("span", { class: "muted" }, ho.closedBy ? "closed by " + ho.closedBy + (ho.closedAt ? ", " + SA.age(ho.closedAt) : "") : "—"));
-    }
-    SA.clear(row);
-    row.appendChild(td("Age", "age-cell", ageCell(ho.createdAt)));
-    row.appendChild(td("Customer", "handoff-customer", String(ho.customerId)));
-    row.appendChild(td("Reason", "handoff-reason", ho.reason || "—"));
-    row.appendChild(
-      td("Status", "status-cell", statusBadge(ho.status, "handoff-status"), note ? h("p", { class: "row-note" + (note.error ? " error-text" : "") }, note.text) : null)
-    );
-    row.appendChild(td("Conversation", "handoff-conversation", auditButton(ho.conversationId)));
-    row.appendChild(actions);
-  }
-
-  function closeHandoff(ho, note) {
-    var id = ho.handoffId;
-    if (state.busy[id]) return;
-    state.busy[id] = true;
-    setNote(id, "Closing…", false);
-    renderHandoffs();
-    var opts = { method: "POST", token: state.token };
-    if (note) opts.body = { note: note };
-    SA.api("/api/handoffs/" + encodeURIComponent(id) + "/close", opts).then(
-      function (r) {
-        delete state.busy[id];
-        setNote(id, "Closed.", false);
-        var closed = r.data && r.data.handoffId ? r.data : Object.assign({}, ho, { status: "CLOSED" });
-        state.handoffs = state.handoffs.map(function (x) {
-          return x.handoffId === id ? closed : x;
-        });
-        renderHandoffs();
-        $("outcome").insertBefore(h("p", { class: "handoff-outcome", "data-handoff-id": id }, "Hand-off of customer " + ho.customerId + " closed."), $("outcome").firstChild);
-      },
-      function (err) {
-        delete state.busy[id];
-        setNote(id, (err.message || "failed") + " (" + err.code + ")", true);
-        renderHandoffs();
-        handleError(err, "Could not close the hand-off");
-      }
-    );
-  }
-
   // ------------------------------------------------------------------ audit
 
   function openAudit(conversationId) {
@@ -718,6 +632,24 @@
     );
   }
 
+  // ------------------------------------------------------------------ inbox
+
+  var inbox = window.SAInbox({
+    token: function () {
+      return state.token;
+    },
+    sub: function () {
+      return state.sub;
+    },
+    isLead: isLead,
+    handleError: handleError,
+    td: td,
+    ageCell: ageCell,
+    statusBadge: statusBadge,
+    auditButton: auditButton,
+    updateAges: updateAges,
+  });
+
   // ------------------------------------------------------------------- init
 
   function init() {
@@ -732,7 +664,7 @@
       loadApprovals(false).catch(function (err) {
         handleError(err, "Could not list approvals");
       });
-      loadHandoffs(false).catch(function () {});
+      inbox.load(false).catch(function () {});
     });
     $("status-filter").addEventListener("change", function () {
       state.pinned = {};
@@ -754,20 +686,18 @@
       renderApprovals();
     });
     $("handoff-filter").addEventListener("change", function () {
-      state.handoffs = [];
-      state.handoffsLoading = false;
-      SA.clear($("handoffs"));
-      loadHandoffs(false).catch(function (err) {
+      inbox.reset();
+      inbox.load(false).catch(function (err) {
         handleError(err, "Could not list hand-offs");
       });
     });
     $("refresh-handoffs").addEventListener("click", function () {
-      loadHandoffs(false).catch(function (err) {
+      inbox.load(false).catch(function (err) {
         handleError(err, "Could not list hand-offs");
       });
     });
     $("handoffs-more").addEventListener("click", function () {
-      loadHandoffs(true).catch(function (err) {
+      inbox.load(true).catch(function (err) {
         handleError(err, "Could not list hand-offs");
       });
     });

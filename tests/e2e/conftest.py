@@ -191,9 +191,9 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
-# The chat page's event feed: a long poll (up to 20 s) is in flight whenever the page follows a conversation, and the
-# page cancels it when it is left. settle() does not wait for it.
-FEED_POLL = re.compile(r"/api/conversations/[^/?]+/events(\?|$)")
+# The event feed, as the chat page follows it and the console follows a hand-off's conversation: a long poll (up to
+# 20 s) is in flight whenever the page follows one, and the page cancels it when it is left. settle() does not wait.
+FEED_POLL = re.compile(r"/api/(conversations|handoffs)/[^/?]+/events(\?|$)")
 
 
 class PageWatch:

@@ -14,6 +14,7 @@ tests/e2e/artifacts/ (not committed).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -221,7 +222,7 @@ def open_lead_console(pg: Any, local: LocalStack) -> None:
     pg.goto(f"{local.url}/lead")
     pg.click("#signin-lead-1")
     expect(pg.locator("#app")).to_be_visible()
-    expect(pg.locator("#whoami-name")).to_have_text("lead-1")
+    expect(pg.locator("#whoami-name")).to_have_text("Morgan (lead-1)")  # the name claim, then the sub
 
 
 def approval_row(pg: Any, approval_id: str) -> Any:
@@ -541,7 +542,8 @@ def test_customer_asks_for_a_person_and_a_lead_closes_the_handoff(console: Conso
         ("tool_call", "customer-8", "ok"),
     ], shown
     (closing,) = [r for r in records if r["action"] == "handoff_closed"]
-    assert closing["input"] == {"note": "called the customer back"}
+    note = "called the customer back"  # a person's words are audited by hash and length (erasure keeps the chain)
+    assert closing["input"] == {"note": {"sha256": hashlib.sha256(note.encode()).hexdigest(), "length": len(note)}}
     assert closing["output"] == {"handoff_id": handoff_id}
     screenshot(pg, "03-handoff-trail")
     watch.assert_clean(pg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from devstack.demo import run
+from devstack.demo import handed_back, run, takeover
 from devstack.local import LocalStack
 
 
@@ -44,3 +44,20 @@ def test_follow_up_in_the_same_conversation(local_stack: LocalStack) -> None:
     assert refund and refund[0]["input"]["order_id"] == 2001
     view = client.get(f"/api/conversations/{first['conversationId']}", headers=auth).json()
     assert len(view["refunds"]) == 1 and view["refunds"][0]["orderId"] == 2001
+
+
+def test_make_demo_takeover_a_person_answers_then_hands_back(local_stack: LocalStack) -> None:
+    assert local_stack.model is not None
+    model = local_stack.model.model
+    printed: list[str] = []
+    before = model.requests
+    outcome = takeover(local_stack, printed.append)
+    assert handed_back(outcome), printed
+    kept = outcome["kept"]
+    assert (kept["httpStatus"], kept["status"], "turnId" in kept) == (202, "assigned", False), kept
+    assert (outcome["handoff"]["status"], outcome["handoff"]["closedAs"]) == ("CLOSED", "returned_to_bot")
+    assert outcome["after"]["reply"].startswith("[simulated model]") and "1043" in outcome["after"]["reply"]
+    # The model ran for the escalation and for the question after the hand-back, never for the kept message:
+    # the escalation's two calls (escalate_to_human, then its answer) and the lookup's two.
+    assert model.requests - before == 4, (model.requests - before, printed)
+    assert any("/claim (agent-1, Riley) -> 200" in line for line in printed), printed
