@@ -63,3 +63,8 @@ class Deadline:
 
     def expired(self) -> bool:
         return self.remaining() <= 0
+
+
+# A message a person writes (a customer's, or a support teammate's reply) is not blank, said in the schema: at least
+# one character that str.strip() would keep — exactly the characters str.isspace() counts as whitespace excluded.
+NOT_BLANK = "[^\\t\\n\\v\\f\\r \\x1c-\\x1f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"

@@ -23,15 +23,12 @@ from support_agent.api.views import conversation_summary, conversation_view, tur
 from support_agent.auth import require_customer
 from support_agent.errors import InvalidRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
-from support_agent.messages import Deadline
+from support_agent.messages import NOT_BLANK, Deadline
 from support_agent.refunds.vocabulary import customer_status
 from support_agent.store.turns import IDEMPOTENCY_KEY, Turn
 from support_agent.wiring import ChatServices, chat_services
 
 router = APIGatewayHttpRouter()
-
-# Exactly the characters str.isspace() counts as whitespace, so the schema and the route agree.
-NOT_BLANK = "[^\\t\\n\\v\\f\\r \\x1c-\\x1f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
 
 
 class ChatRequest(BaseModel):

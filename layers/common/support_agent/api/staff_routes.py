@@ -25,14 +25,13 @@ from support_agent.api.route_docs import responses
 from support_agent.api.views import conversation_view
 from support_agent.auth import MAX_NAME_CHARS, Principal, require_role, require_staff
 from support_agent.errors import InvalidRequest, NotFound, NotPermitted, TooLarge
+from support_agent.messages import NOT_BLANK
 from support_agent.store.handoffs import Handoff as Ticket
 from support_agent.store.turns import IDEMPOTENCY_KEY
 from support_agent.wiring import LeadServices, lead_services
 
 router = APIGatewayHttpRouter()
 
-# Not blank, as /api/chat's message (chat_routes.NOT_BLANK, not imported: that module loads the chat's services).
-NOT_BLANK = "[^\\t\\n\\v\\f\\r \\x1c-\\x1f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
 _STAFF = ["support staff"]
 _Route = TypeVar("_Route", bound=Callable[..., Any])
 _NextToken = Annotated[str | None, Query(max_length=4096)]
