@@ -396,6 +396,10 @@ def test_approvals_function_under_its_own_role(
             ("POST", f"/api/approvals/{pending[1]}/reject", 200),
             ("POST", f"/api/approvals/{failed[0]}/retry", 202),
             ("POST", f"/api/approvals/{failed[1]}/release", 200),
+            # The trail first, as before the inbox steps existed (its seal read ran there, and still does).
+            ("GET", f"/api/audit?conversationId={body['conversationId']}", 200),
+            ("GET", f"/api/audit/verify?conversationId={body['conversationId']}", 200),
+            ("GET", "/api/audit?customerId=7", 200),
             ("GET", "/api/handoffs", 200),
             # The inbox: a claim, a reply and its resend (the key read back), the transcript, a hand-back.
             ("GET", f"/api/handoffs/{handoff}", 200),
@@ -405,9 +409,6 @@ def test_approvals_function_under_its_own_role(
             ("GET", f"/api/handoffs/{handoff}/conversation", 200),
             ("POST", f"/api/handoffs/{handoff}/release", 200),
             ("POST", f"/api/handoffs/{handoff}/close", 200),
-            ("GET", f"/api/audit?conversationId={body['conversationId']}", 200),
-            ("GET", f"/api/audit/verify?conversationId={body['conversationId']}", 200),
-            ("GET", "/api/audit?customerId=7", 200),
             ("POST", "/api/customers/8/erase", 200),
         ]:
             sent = given[0] if given else ({} if method == "POST" else None)
