@@ -4,11 +4,15 @@ turn is sent again by the turn sweep; a dead-lettered turn ends failed."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import threading
 import time
 from typing import Any
 
 import boto3
+import pytest
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 
 from support_agent.store.dynamo import to_item
 from support_agent.store.turns import TurnStore
@@ -49,6 +53,25 @@ def sqs_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
 def work(api: Api, messages: list[dict[str, Any]]) -> dict[str, Any]:
     api.use_function("TurnWorkerFunction")
     return dict(api.handlers["TurnWorkerFunction"](sqs_event(messages), None))
+
+
+class PerInstance:
+    """The worker module's batch processor, one per thread: threads here stand for concurrent Lambda instances,
+    which never share module state (Powertools' processor keeps the batch it is processing on itself)."""
+
+    def __init__(self, make: Any) -> None:
+        self._make, self._local = make, threading.local()
+
+    def _own(self) -> Any:
+        if not hasattr(self._local, "processor"):
+            self._local.processor = self._make()
+        return self._local.processor
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._own()(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._own(), name)
 
 
 def turn_view(api: Api, location: str) -> dict[str, Any]:
@@ -139,20 +162,24 @@ def test_a_turn_crossing_the_sync_time_goes_on_in_the_worker_with_the_same_histo
     assert verified["status"] == "ok"
 
 
-def test_a_duplicated_message_is_acted_on_once(api: Api) -> None:
+def test_a_duplicated_message_is_acted_on_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     _, _running, headers = api.call("POST", "/api/chat", {"message": "hello"}, headers={"prefer": "respond-async"})
     (message,) = take_messages(api)
     api.model.script = [answer("Hello!")]
     outcomes: list[Any] = []
     api.use_function("TurnWorkerFunction")
     worker = api.handlers["TurnWorkerFunction"]
+    module = inspect.unwrap(worker).__globals__
+    assert isinstance(module["processor"], BatchProcessor)
+    fresh = PerInstance(lambda: BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False))
+    monkeypatch.setitem(module, "processor", fresh)
 
     def deliver() -> None:
         outcomes.append(worker(sqs_event([message]), None))
 
     with serialised_moto():
         run_together([deliver] * 3)
-    assert outcomes == [{"batchItemFailures": []}] * 3
+    assert outcomes == [{"batchItemFailures": []}] * 3, outcomes
     assert len(api.model.requests) == 1  # one worker took the lease; the others stopped at the take-over
     assert turn_view(api, headers["Location"])["status"] == "completed"
     work(api, [message])  # and once more, after it ended: stale

@@ -55,6 +55,9 @@ ITEM_ACTIONS = {
     "Delete": "DeleteItem",
 }
 S3_ACTIONS = {"ListObjectVersions": "ListBucketVersions", "ListObjectsV2": "ListBucket"}
+# The IAM action (what the role grants) -> the name moto authorises the same call by (a GetObject of a version
+# is s3:GetObjectVersion in AWS, s3:GetObject in moto; ListObjectVersions is s3:ListBucketVersions in AWS).
+MOTO_S3_NAMES = {"s3:ListBucketVersions": "s3:ListObjectVersions", "s3:GetObjectVersion": "s3:GetObject"}
 SERVICE_PREFIX = {
     "dynamodb": "dynamodb",
     "sqs": "sqs",
@@ -183,6 +186,8 @@ def runtime_policy(stack: Stack, function: str) -> dict[str, Any]:
     actions = sorted({a for s in statements if s["Effect"] == "Allow" for a in _list(s["Action"])})
     if {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"} & set(actions):
         actions.append("dynamodb:TransactWriteItems")
+    # moto authorises S3 by the API's name, AWS by the IAM action's: the name moto checks for each granted action.
+    actions += [MOTO_S3_NAMES[a] for a in actions if a in MOTO_S3_NAMES]
     return {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
 
 
