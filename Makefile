@@ -15,7 +15,7 @@ CHECKOV_VENV    := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 CHECKOV_STAMP   := $(CHECKOV_VENV)/.installed-checkov-$(CHECKOV_VERSION)
 
-.PHONY: dev carrier-rug-pull demo reconcile audit-verify test lint unit live tokens openapi sam build smoke bench clean
+.PHONY: dev carrier-rug-pull demo reconcile audit-verify policy-publish policy-show test lint unit live tokens openapi sam build smoke bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -30,9 +30,12 @@ $(STAMP): pyproject.toml
 ## CARRIER=1: also a local outside MCP server (a carrier-tracking stub on CARRIER_PORT, default 8765) the agent
 ## may use, configured from devstack/mcp_servers.json; TOOL_MODE=mcp: the loop reaches our own tools over MCP
 ## (docs/MCP.md). Both may combine: `CARRIER=1 TOOL_MODE=mcp make dev`.
+## POLICY=path/to/policy.json: published as the support policy's newest version right after the deploy; a file that
+## does not validate stops before anything starts (docs/POLICY.md).
 PARAMS ?=
+POLICY ?=
 dev: $(STAMP)
-	$(PY) -m devstack $(PARAMS)
+	$(PY) -m devstack $(if $(POLICY),--policy '$(POLICY)') $(PARAMS)
 
 ## make carrier-rug-pull: the running `CARRIER=1 make dev` stub's track_parcel gets a poisoned description (the
 ## pin no longer matches: within 15 s the tool is off the model's list); RESTORE=1 puts the original back
@@ -49,6 +52,17 @@ demo: $(STAMP)
 DAYS ?=
 reconcile: $(STAMP)
 	$(PY) -m devstack.reconcile $(if $(DAYS),--days $(DAYS))
+
+## make policy-publish FILE=policy.json: a new version of the running `make dev` stack's support policy (refused,
+## nothing put, when the file does not validate); VERSION=2 instead publishes version 2's document again (a rollback).
+## make policy-show: every version, valid or refused, and the one that applies; VERSION=2 prints that one's document.
+FILE ?=
+VERSION ?=
+policy-publish: $(STAMP)
+	@$(PY) -m devstack.policy publish $(if $(FILE),--file '$(FILE)') $(if $(VERSION),--version $(VERSION))
+
+policy-show: $(STAMP)
+	@$(PY) -m devstack.policy show $(if $(VERSION),--version $(VERSION))
 
 ## make audit-verify CONVERSATION=conv_… (or APPROVAL=apr_…): the audit trail's hash chains in the running
 ## `make dev` stack, one line per stream (the conversation's and each one it names); exit 1 when one is broken

@@ -6,15 +6,19 @@ Stripe unless STRIPE_API_BASE and STRIPE_API_KEY are both set, worker processes 
 function's deployed environment, the template's queue and schedule events, RefundFlow's Lambda task
 bridged into PaymentsFunction's workers (devstack/lambda_bridge.py: moto would need Docker), and an HTTP
 server mapping the template's routes to the handlers, with the web pages. ``CARRIER=1``: also a local
-outside MCP server the agent may use (devstack/carrier_mcp.py, docs/MCP.md).
+outside MCP server the agent may use (devstack/carrier_mcp.py, docs/MCP.md). ``POLICY=policy.json``: that file
+published as the support policy's newest version right after the deploy (docs/POLICY.md; refused before anything
+starts when it does not validate).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +60,7 @@ class LocalStack:
     stripe: SimulatedStripeServer | None = None  # the simulated Stripe, unless a real one was configured
     model: SimulatedModelServer | None = None  # the simulated model, unless a real one was configured
     carrier: CarrierStub | None = None  # CARRIER=1: the local outside MCP server (devstack/carrier_mcp.py)
+    policy_version: int = 1  # the support policy's newest version: the template's (1) or POLICY='s
     pools: dict[str, FunctionPool] = field(default_factory=dict, repr=False)  # each function's workers
     _stoppers: list[Any] = field(default_factory=list, repr=False)
 
@@ -129,8 +134,10 @@ def start(
     environ: dict[str, str] | None = None,
     schedule_seconds: float = 30.0,
     parameters: Mapping[str, str] | None = None,
+    policy: str | None = None,
 ) -> LocalStack:
-    """The stack up; `parameters`: template parameter overrides (``make dev PARAMS=...``), checked by the caller."""
+    """The stack up; `parameters`: template parameter overrides (``make dev PARAMS=...``), checked by the caller;
+    `policy`: a support policy document (``make dev POLICY=...``) published over the template's version 1."""
     env = dict(os.environ if environ is None else environ)
     params = dev_parameters(env, parameters)
     from devstack.simulated_model import delay_from
@@ -160,6 +167,11 @@ def start(
         params = _with_carrier(env, params, local, session.client("secretsmanager", endpoint_url=moto_url))
         stack = deploy(params, session=session, endpoint_url=moto_url)
         seed(session.client("dynamodb", endpoint_url=moto_url), stack.physical_ids["CustomerDataTable"])
+        if policy is not None:  # before any function starts: none ever applies the template's version instead
+            from devstack.policy import publish
+
+            ssm = session.client("ssm", endpoint_url=moto_url)
+            local.policy_version = publish(ssm, stack.physical_ids["SupportPolicyParameter"], policy)
 
         overrides = {"JWT_SECRET": secret, "TRANSPARENCY": params["Transparency"], "POWERTOOLS_LOG_LEVEL": "WARNING"}
         # LLM_PROVIDER=openai make dev: the same simulated brain over OpenAI chat completions, or a
@@ -282,6 +294,8 @@ def banner(local: LocalStack) -> str:
         f"  sam local env  {local.env_file}",
         f"  model          {MODEL_SIMULATED if local.simulated else 'Anthropic Messages API'}",
         f"  payments       {_payments_line(local)}",
+        f"  policy         {local.stack.physical_ids['SupportPolicyParameter']} version {local.policy_version}"
+        "   (make policy-show, make policy-publish FILE=…)",
         *(
             [f"  carrier MCP    {local.carrier.url}   (CARRIER=1; the rug pull: make carrier-rug-pull)"]
             if local.carrier
@@ -307,14 +321,32 @@ def _payments_line(local: LocalStack) -> str:
     return STRIPE_SIMULATED.format(url=local.stripe.url, provider=provider) if local.stripe else STRIPE_REAL
 
 
+def _policy_option(argv: list[str] | None) -> tuple[str | None, list[str]]:
+    """``--policy FILE`` (``make dev POLICY=...``) read and validated, and the rest of the command line; a file
+    that is missing or does not validate exits 2 with the reason, before anything starts."""
+    from devstack.policy import PolicyRefused, read_file
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--policy", default=None)
+    known, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if known.policy is None:
+        return None, rest
+    try:
+        return read_file(known.policy), rest
+    except PolicyRefused as exc:
+        print(f"make dev POLICY={known.policy}: refused, nothing started: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def main(argv: list[str] | None = None) -> None:
+    policy, argv = _policy_option(argv)
     parameters = from_command_line(argv, "python -m devstack")  # a bad name stops here, before anything starts
     port = int(os.environ.get("PORT", "3000"))
     moto_port = int(os.environ.get("MOTO_PORT", "4599"))
     print(f"starting the local stack (moto on {moto_port}, API on {port})…", flush=True)
     if parameters:
         print(f"template parameters overridden: {', '.join(parameters)}", flush=True)
-    local = start(port=port, moto_port=moto_port, parameters=parameters)
+    local = start(port=port, moto_port=moto_port, parameters=parameters, policy=policy)
     print(banner(local), flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopped.set())

@@ -74,9 +74,10 @@ EMITTED_BY = {
     obs.AUDIT_ROWS_TAMPERED: "audit_watcher",
     obs.AUDIT_SEAL_FAILURES: "audit_seal",
     obs.MCP_TOOL_REJECTED: "chat",
+    obs.POLICY_REFUSED: "chat",
 }
 # Metrics more than one function emits (both run the loop and list the outside MCP servers).
-ALSO_EMITTED_BY = {obs.MCP_TOOL_REJECTED: {"turn_worker"}}
+ALSO_EMITTED_BY = {obs.MCP_TOOL_REJECTED: {"turn_worker"}, obs.POLICY_REFUSED: {"turn_worker", "mcp"}}
 
 # name -> (namespace, metric, dimensions, statistic, period, threshold, comparison, evaluation periods)
 SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
@@ -225,7 +226,7 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         for metric in ("Errors", "Throttles")
     },
 }
-MATH_ALARMS = ("Api5xxRateAlarm", "ApprovalsPendingTooLongAlarm", "McpToolRejectedAlarm")
+MATH_ALARMS = ("Api5xxRateAlarm", "ApprovalsPendingTooLongAlarm", "McpToolRejectedAlarm", "PolicyRefusedAlarm")
 
 
 def alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -352,8 +353,8 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             checked += 1
     # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge,
     # ReconciliationDifferences, AuditRowsTampered, AuditSealFailures, McpToolRejected (chat and turn_worker)
-    # and OldestOpenHandoffAge
-    assert checked == 10
+    # OldestOpenHandoffAge, and PolicyRefused (chat, turn_worker and mcp)
+    assert checked == 13
 
 
 def test_oldest_open_handoff_alarm_defaults_to_fifteen_minutes_in_seconds(sam: dict[str, Any]) -> None:
@@ -380,6 +381,27 @@ def test_mcp_tool_rejected_alarm_sums_both_functions_that_list_outside_servers(c
     assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == (
         0,
         "GreaterThanThreshold",
+        1,
+    )
+
+
+def test_policy_refused_alarm_sums_every_function_that_reads_the_policy(cfn: dict[str, Any]) -> None:
+    alarm = alarms(cfn)["PolicyRefusedAlarm"]
+    by_id, returned = _math(alarm)
+    readers = (("chat", "ChatFunction"), ("worker", "TurnWorkerFunction"), ("mcp", "McpFunction"))
+    for metric_id, function in readers:
+        stat = by_id[metric_id]["MetricStat"]
+        assert stat["Metric"] == {
+            "Namespace": "SupportAgent",
+            "MetricName": obs.POLICY_REFUSED,
+            "Dimensions": [{"Name": "service", "Value": service_of(cfn, function)}],
+        }
+        assert (stat["Stat"], stat["Period"]) == ("Sum", 300)
+    # One refusal in 5 minutes is enough; a period in which only some functions loaded the policy still counts.
+    assert returned["Expression"] == "FILL(chat, 0) + FILL(worker, 0) + FILL(mcp, 0)"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"], alarm["EvaluationPeriods"]) == (
+        1,
+        "GreaterThanOrEqualToThreshold",
         1,
     )
 

@@ -639,6 +639,14 @@ _DDB_RW = ("GetItem", "Query", "PutItem", "UpdateItem")
 MCP_SECRETS_ARN = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${AWS::StackName}/mcp/*"
 MCP_SECRETS = "secret:<stack>/mcp/*"
 
+# The support policy's SSM parameter (docs/POLICY.md), by its ARN built from the parameter's name (``Ref`` is the
+# name, ``/<stack>/support-policy``): its newest version and its history, on that one parameter only.
+POLICY_PARAMETER_ARN = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${SupportPolicyParameter}"
+POLICY_PARAMETER = "SupportPolicyParameter"
+POLICY_READS: set[Pair] = {(f"ssm:{a}", POLICY_PARAMETER) for a in ("GetParameter", "GetParameterHistory")}
+# The functions whose tools decide actions under the policy (ChatFunction also serves the confirm/decline routes).
+POLICY_READERS = {"ChatFunction", "TurnWorkerFunction", "McpFunction"}
+
 # A scheduled (asynchronously invoked) function's run that failed its retries: the Lambda service puts its event on
 # ScheduledRunsDLQ under the function's role (SAM's DeadLetterQueue adds the statement); no code sends there.
 SCHEDULED_RUN_LOST: Pair = ("sqs:SendMessage", "ScheduledRunsDLQ")
@@ -661,6 +669,7 @@ ALLOWED: dict[str, set[Pair]] = {
         # Only when LlmProvider is bedrock: the profile and the models it routes to (checked below).
         ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
         ("bedrock:InvokeModel", "param:BedrockModelArns"),
+        *POLICY_READS,
     },
     # The rest of a handed-over turn: the chat function's loop and tools, so its grants, less sending to
     # TurnQueue and the by_customer index (only the conversation list reads it), plus what its own event
@@ -679,6 +688,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
         ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
         ("bedrock:InvokeModel", "param:BedrockModelArns"),
+        *POLICY_READS,
     },
     # The turn sweep: handed-over turns through the sparse index (no Scan), the conversation's header and the
     # turn record (GetItem, conditional UpdateItem), the turn sent again, TurnDLQ's turns read and deleted. No
@@ -705,6 +715,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:PutItem", "AuditTable"),
         ("sqs:SendMessage", "ApprovalQueue"),
         ("secretsmanager:GetSecretValue", "param:StripeApiKeySecretArn"),
+        *POLICY_READS,
     },
     # The event feed reads the conversation (header, messages, turn records, notifications), counts the reader's
     # polls and holds a waiting poll's slot (UpdateItem on `rate#` and `poll#` items only, LeadingKeys); it writes
@@ -941,6 +952,8 @@ def _target(resource: Any, parameters: set[str]) -> str:
             return m.group(1) + (m.group(2) or "")
         if resource["Fn::Sub"] == MCP_SECRETS_ARN:
             return MCP_SECRETS
+        if resource["Fn::Sub"] == POLICY_PARAMETER_ARN:
+            return POLICY_PARAMETER
     raise AssertionError(f"resource form the IAM evaluator does not understand: {resource!r}")
 
 
@@ -1033,6 +1046,8 @@ def test_forbidden_grants(cfn: dict[str, Any], function_id: str) -> None:
         assert "*" not in action and "*" not in target.removesuffix("/heads/*").removesuffix("/mcp/*"), (action, target)
         if target == MCP_SECRETS:
             assert action == "secretsmanager:GetSecretValue"
+        if action.startswith("ssm:") or target == POLICY_PARAMETER:  # the policy: read, never written
+            assert (action, target) in POLICY_READS, (action, target)
         if target.startswith("AuditSealBucket"):  # sealed heads: put (the seal function) or read, nothing else
             assert action in ("s3:PutObject", "s3:GetObject", "s3:GetObjectVersion", "s3:ListBucketVersions"), (
                 action,
@@ -1387,3 +1402,58 @@ def test_the_local_stack_strips_snapstart_and_the_alias(sam: dict[str, Any]) -> 
 def test_functions_skip_the_pydantic_plugin_scan(sam: dict[str, Any]) -> None:
     """No pydantic plugin is used; scanning every installed distribution for one is cold-start time."""
     assert sam["Globals"]["Function"]["Environment"]["Variables"]["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
+
+
+# ------------------------------------------------------------------ the support policy (docs/POLICY.md)
+
+
+def _policy_document(sam: dict[str, Any], threshold: int) -> dict[str, Any]:
+    """The template's version 1 of the policy as CloudFormation resolves it with RefundThresholdCents=threshold."""
+    value = sam["Resources"]["SupportPolicyParameter"]["Properties"]["Value"]["Fn::Sub"]
+    assert isinstance(value, str)
+    assert set(re.findall(r"\$\{([^}]*)\}", value)) == {"RefundThresholdCents"}  # nothing else substituted
+    return dict(json.loads(value.replace("${RefundThresholdCents}", str(threshold))))
+
+
+@pytest.mark.parametrize("threshold", [0, 5000, 123_456])
+def test_the_templates_policy_is_the_models_default(sam: dict[str, Any], threshold: int) -> None:
+    from support_agent.policy.model import SupportPolicy, default_policy
+
+    document = _policy_document(sam, threshold)
+    assert document == default_policy(threshold).model_dump(mode="json")
+    assert SupportPolicy.model_validate(document) == default_policy(threshold)
+
+
+def test_the_policy_parameter(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    parameter = cfn["Resources"]["SupportPolicyParameter"]
+    assert parameter["Type"] == "AWS::SSM::Parameter"
+    props = parameter["Properties"]
+    assert props["Name"] == {"Fn::Sub": "/${AWS::StackName}/support-policy"}
+    assert props["Type"] == "String"  # versioned; CloudFormation cannot create a SecureString, and it holds no secret
+    # The parameter's ARN in the grants is its name's: a name starting with "/" gives "parameter/<stack>/...".
+    assert POLICY_PARAMETER_ARN.endswith(":parameter${SupportPolicyParameter}")
+    cache = sam["Parameters"]["PolicyCacheSeconds"]
+    assert (cache["Type"], cache["Default"], cache["MinValue"], cache["MaxValue"]) == ("Number", 60, 0, 3600)
+    assert sam["Parameters"]["RefundThresholdCents"]["Default"] == 5000
+
+
+def test_only_the_functions_deciding_actions_read_the_policy(cfn: dict[str, Any]) -> None:
+    for function_id in _function_ids(cfn):
+        props = cfn["Resources"][function_id]["Properties"]
+        env = props.get("Environment", {}).get("Variables", {})
+        reads = POLICY_READS & granted_pairs(cfn, function_id)
+        if function_id in POLICY_READERS:
+            assert env["SUPPORT_POLICY_PARAMETER"] == {"Ref": "SupportPolicyParameter"}
+            assert env["POLICY_CACHE_SECONDS"] == {"Ref": "PolicyCacheSeconds"}
+            assert reads == POLICY_READS
+        else:
+            assert "SUPPORT_POLICY_PARAMETER" not in env, function_id
+            assert reads == set(), function_id
+    assert {f for f, pairs in ALLOWED.items() if pairs >= POLICY_READS} == POLICY_READERS
+
+
+def test_the_proposal_routes_are_the_chat_functions(sam: dict[str, Any]) -> None:
+    routes = {(r.method, r.path, r.function) for r in http_routes(sam)}
+    for answer in ("confirm", "decline"):
+        assert ("POST", f"/api/conversations/{{id}}/proposals/{{pid}}/{answer}", "ChatFunction") in routes
+    assert not {r for r in routes if "/proposals/" in r[1] and r[2] != "ChatFunction"}

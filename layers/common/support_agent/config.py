@@ -91,6 +91,10 @@ class Settings(BaseModel):
 
     # Money.
     refund_threshold_cents: int = Field(5000, alias="REFUND_THRESHOLD_CENTS", ge=0)
+    # The support policy's SSM parameter (policy/source.py): its newest valid version decides every action; empty:
+    # the built-in default with REFUND_THRESHOLD_CENTS, reported as version 0. Read again after POLICY_CACHE_SECONDS.
+    support_policy_parameter: str = Field("", alias="SUPPORT_POLICY_PARAMETER")
+    policy_cache_seconds: int = Field(60, alias="POLICY_CACHE_SECONDS", ge=0, le=3600)
     # Who moves a refund's money (support_agent/refunds): `none` keeps refunds ledger-only. Stripe's key
     # from STRIPE_API_KEY or the secret (a plain string or {"api_key": ...}); timeouts per attempt.
     payment_provider: Literal["none", "stripe"] = Field("none", alias="PAYMENT_PROVIDER")

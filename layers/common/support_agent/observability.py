@@ -101,6 +101,8 @@ MCP_TOOL_REJECTED = "McpToolRejected"
 OLDEST_OPEN_HANDOFF_AGE = "OldestOpenHandoffAge"
 OPEN_HANDOFFS = "OpenHandoffs"
 ASSIGNED_HANDOFFS = "AssignedHandoffs"
+# Support policy versions refused at load (policy/source.py): the newest does not validate, an older one applies.
+POLICY_REFUSED = "PolicyRefused"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -134,6 +136,7 @@ METRICS: dict[str, str] = {
     OLDEST_OPEN_HANDOFF_AGE: MetricUnit.Seconds.value,
     OPEN_HANDOFFS: MetricUnit.Count.value,
     ASSIGNED_HANDOFFS: MetricUnit.Count.value,
+    POLICY_REFUSED: MetricUnit.Count.value,
 }
 
 

@@ -1,0 +1,1 @@
+"""The support policy as versioned data: its model (model.py) and where it is read from (source.py)."""
