@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 PARAMS ?=
 POLICY ?=
 dev: $(STAMP)
-	$(PY) -m devstack $(if $(POLICY),--policy '$(POLICY)') $(PARAMS)
+	$(PY) -m devstack$(if $(POLICY), --policy '$(POLICY)') $(PARAMS)
 
 ## make carrier-rug-pull: the running `CARRIER=1 make dev` stub's track_parcel gets a poisoned description (the
 ## pin no longer matches: within 15 s the tool is off the model's list); RESTORE=1 puts the original back

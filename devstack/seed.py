@@ -30,7 +30,8 @@ def order_item(
     **fields: Any,
 ) -> dict[str, Any]:
     """An order as the CustomerData table holds it, everything refundable: available = total, nothing reserved or
-    refunded. The one shape of a seeded order (the demo data, the tests, the benchmarks)."""
+    refunded. The one shape of a seeded order (the demo data, the tests, the benchmarks); ``fields`` adds the rest
+    (``items``, ``placed_at``, ``shipping_address``, ...)."""
     return {
         "customer_id": customer_id,
         "sk": f"ORDER#{order_id}",
@@ -60,7 +61,9 @@ def demo_items(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The items to store: orders start with everything refundable, nothing reserved or refunded.
 
     Every order carries its ``payment_intent`` (what a provider refund names; the simulated Stripe knows
-    the same ones). It stays in the table: the order view the model reads lists its fields explicitly.
+    the same ones). It stays in the table: the order view the model reads lists its fields explicitly. Its
+    ``shipping_address`` (what update_shipping_address changes, actions/address.py) and any other field the data
+    gives (a cancelled order's ``cancelled_by``) are stored as given.
     """
     currency = data.get("currency", "USD")
     items: list[dict[str, Any]] = []

@@ -2,6 +2,11 @@
 ``available + reserved + refunded = total``, none negative, one refund row per approval, and a
 refund above the threshold never completes without a lead's approval.
 
+The declared actions are rules too: ``cancel_order`` called with anything (proposed, or refused), the order's
+status moved by the warehouse, proposals confirmed (on time or late), declined and confirmed again. An order is
+CANCELLED only by a proposal its customer confirmed, each cancellation refunds at most once, and a cancel's refund
+above the threshold waits for a lead like any other.
+
 Runs on the deployed template with RefundFlow executing in moto (its refund step bridged to
 PaymentsFunction's handler), ``PAYMENT_PROVIDER=stripe`` against the simulated Stripe in-process. Provider
 faults (a 500 or a timeout after the refund was made, a dropped answer, a 429, a connection refused) and
@@ -39,7 +44,7 @@ from support_agent.refunds.ledger_row import UNSETTLED, LedgerRow
 from support_agent.store.approvals import StateConflict
 from support_agent.store.dynamo import from_item, to_item
 from support_agent.tools.registry import ToolContext
-from support_agent.wiring import build_lead_services, build_registry, build_settler, build_tool_source
+from support_agent.wiring import build_actions, build_lead_services, build_registry, build_settler, build_tool_source
 from tests.integration.conftest import deployed_stack
 from tests.reliability.figures import count
 from tests.support.stripe import BASE, POST, InProcessStripe, duplicates, ledger_problems, provider_for
@@ -80,6 +85,7 @@ def make_machine(stack: Stack, transport: InProcessStripe, tool_mode: str = "reg
     registry = build_tool_source(cfg, build_registry(cfg, ddb, sqs, payments), ddb)
     settler = build_settler(cfg, ddb, payments)
     lead = build_lead_services(cfg, ddb)
+    desk = build_actions(cfg, ddb, sqs, payments).proposals  # the customer's Confirm and Decline (the routes')
     table = cfg.customer_data_table
     sfn = boto3.client("stepfunctions")
     stripe = transport.stripe
@@ -88,12 +94,16 @@ def make_machine(stack: Stack, transport: InProcessStripe, tool_mode: str = "reg
         def __init__(self) -> None:
             super().__init__()
             self.order_id = next(ORDER_IDS)
-            put_order(ddb, table, 7, self.order_id, TOTAL, payment_intent=f"pi_prop_{self.order_id}")
+            # Every other example starts before shipment, where cancel_order may be proposed (the warehouse rule
+            # moves either kind on).
+            status = "PROCESSING" if self.order_id % 2 == 0 else "DELIVERED"
+            put_order(ddb, table, 7, self.order_id, TOTAL, status=status, payment_intent=f"pi_prop_{self.order_id}")
             stripe.add_payment_intent(f"pi_prop_{self.order_id}", TOTAL, "usd")
             self.approvals: list[str] = []
             self.approved_by_lead: set[str] = set()
             self.calls = itertools.count(1)
             self.sent: list[tuple[ToolContext, dict[str, Any]]] = []
+            self.proposals: list[str] = []
 
         def order(self) -> dict[str, int]:
             item = ddb.get_item(
@@ -132,6 +142,61 @@ def make_machine(stack: Stack, transport: InProcessStripe, tool_mode: str = "reg
             if not out.is_error and out.result["status"] == "PENDING_APPROVAL":
                 assert out.result["approval_id"] in self.approvals, "a repeated call made a second approval"
             assert len(self.rows()) == before, "a repeated call wrote another refund row"
+
+        def _ctx(self) -> ToolContext:
+            n = next(self.calls)
+            return ToolContext(Principal("customer-7", "customer", 7), 7, self.cid, n, f"toolu_{n}", "req", _now())
+
+        @property
+        def cid(self) -> str:
+            return f"conv_prop{self.order_id}"
+
+        @rule(
+            args=st.sampled_from(["own", "own", "own", None, {"order_id": 1045}, {"order_id": -1, "reason": "x"}]),
+            confirm=st.booleans(),
+        )
+        def cancel(self, args: Any, confirm: bool) -> None:
+            """The model asks to cancel (this order, another id, garbage): proposed or refused, nothing executed;
+            ``confirm``: the customer presses Confirm at once."""
+            before = self.order()
+            raw = {"order_id": self.order_id, "reason": "property"} if args == "own" else args
+            out = registry.execute("cancel_order", raw, self._ctx())
+            if not out.is_error:
+                assert out.result["status"] == "PROPOSED", out.result
+                self.proposals.append(out.result["proposal_id"])
+            assert self.order() == before, "a cancel_order call moved money without a confirmation"
+            if confirm and not out.is_error:
+                self._decide(out.result["proposal_id"], "confirm", _now())
+
+        @rule(status=st.sampled_from(["PROCESSING", "SHIPPED", "DELIVERED"]))
+        def warehouse(self, status: str) -> None:
+            """The order's status moves on its own (shipped, delivered, or back to processing), never once cancelled."""
+            with contextlib.suppress(ddb.exceptions.ConditionalCheckFailedException):
+                ddb.update_item(
+                    TableName=table,
+                    Key=to_item({"customer_id": 7, "sk": f"ORDER#{self.order_id}"}),
+                    UpdateExpression="SET #st = :s",
+                    ConditionExpression="#st <> :cancelled",
+                    ExpressionAttributeNames={"#st": "status"},
+                    ExpressionAttributeValues={":s": {"S": status}, ":cancelled": {"S": "CANCELLED"}},
+                )
+
+        @rule(data=st.data(), late=st.booleans(), verb=st.sampled_from(["confirm", "confirm", "decline"]))
+        def decide(self, data: st.DataObject, late: bool, verb: str) -> None:
+            """The customer confirms (on time, or after the proposal expired) or declines a proposal, once or again."""
+            if not self.proposals:
+                return
+            pid = data.draw(st.sampled_from(self.proposals))
+            self._decide(pid, verb, "2099-01-01T00:00:00.000Z" if late else _now())
+
+        def _decide(self, pid: str, verb: str, now: str) -> None:
+            try:
+                decided = getattr(desk, verb)(Principal("customer-7", "customer", 7), self.cid, pid, now)
+            except ServiceError:
+                return
+            refund = (decided.outcome or {}).get("refund") or {}
+            if refund.get("status") == "PENDING_APPROVAL" and refund["approval_id"] not in self.approvals:
+                self.approvals.append(refund["approval_id"])
 
         def _pick(self, data: st.DataObject) -> str | None:
             return data.draw(st.sampled_from(self.approvals)) if self.approvals else None
@@ -225,6 +290,35 @@ def make_machine(stack: Stack, transport: InProcessStripe, tool_mode: str = "reg
             order = {**self.order(), "order_id": self.order_id, "payment_intent": f"pi_prop_{self.order_id}"}
             problems = ledger_problems(rows, [order], stripe)
             assert not problems, problems
+
+        def teardown(self) -> None:
+            status = ddb.get_item(TableName=table, Key=to_item({"customer_id": 7, "sk": f"ORDER#{self.order_id}"}))
+            count("3-payments-property", proposals=len(self.proposals))
+            count("3-payments-property", orders_cancelled=int(status["Item"]["status"]["S"] == "CANCELLED"))
+
+        @invariant()
+        def cancelled_only_when_confirmed(self) -> None:
+            item = ddb.get_item(
+                TableName=table, Key=to_item({"customer_id": 7, "sk": f"ORDER#{self.order_id}"}), ConsistentRead=True
+            )["Item"]
+            if item["status"]["S"] != "CANCELLED":
+                assert "cancelled_by" not in item
+                return
+            pid = item["cancelled_by"]["S"]
+            proposal = ddb.get_item(
+                TableName=table,
+                Key=to_item({"customer_id": 7, "sk": f"PROPOSAL#{self.cid}#{pid}"}),
+                ConsistentRead=True,
+            )["Item"]
+            assert proposal["status"]["S"] in ("CONFIRMING", "CONFIRMED"), proposal
+            assert proposal["decided_by"]["S"] == "customer-7", "cancelled without the customer's confirmation"
+            # One cancellation only, and at most one refund (request row) per cancellation.
+            cancels = [
+                r
+                for r in self.rows()
+                if r.get("action", {}).get("S") == "cancel_order" and r["order_id"]["N"] == str(self.order_id)
+            ]
+            assert len(cancels) <= 1, cancels
 
         @invariant()
         def money_adds_up(self) -> None:

@@ -37,6 +37,8 @@ def test_the_chat_function_calls_its_tools_over_mcp(api: Api) -> None:
         "list_invoices",
         "request_refund",
         "escalate_to_human",
+        "cancel_order",
+        "update_shipping_address",
     ]
 
 

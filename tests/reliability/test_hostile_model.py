@@ -9,7 +9,9 @@ that exhausts the budget, and text that echoes tool results back as the reply. I
 
 After every turn, from the tables: no trace of customer 8 in any tool result, reply or trace of customer
 7; no money above the threshold without a lead; the money invariant; a valid history (including the
-SDK's request types for the next call); one audit row per tool call; no lease left behind.
+SDK's request types for the next call); one audit row per tool call; no lease left behind. The declared actions
+the customer must confirm (cancel_order, update_shipping_address) are called with anything too: no order is
+ever cancelled or re-addressed, and no proposal is ever decided, since no tool can confirm one.
 """
 
 from __future__ import annotations
@@ -48,7 +50,14 @@ from tests.support.scripted import FakeModel, Request
 from tests.support.shop_rows import put_invoice, put_one_item_order
 from tests.support.transport import scripted_transport
 
-TOOLS = ("lookup_order", "list_invoices", "request_refund", "escalate_to_human")
+TOOLS = (
+    "lookup_order",
+    "list_invoices",
+    "request_refund",
+    "escalate_to_human",
+    "cancel_order",
+    "update_shipping_address",
+)
 STOP_REASONS = (
     "tool_use",
     "end_turn",
@@ -138,6 +147,13 @@ amount = st.one_of(
     st.integers(min_value=-(10**4), max_value=30_000),
 )
 reason = st.one_of(st.just("customer request"), st.text(max_size=30), st.just("x" * 600), st.integers())
+address_value = st.one_of(
+    st.just({"name": "Dana", "line1": "1 Main St", "city": "Portland", "postal_code": "97205", "country": "US"}),
+    st.just({"name": "Dana", "line1": "1 Main St", "city": "Tokyo", "postal_code": "100", "country": "JP"}),
+    st.just({"name": "", "line1": "x" * 300, "city": "C", "postal_code": "1", "country": "us"}),
+    st.just({"name": "D", "line1": "1", "city": "C", "postal_code": "1", "country": "US", "confirmed": True}),
+    st.sampled_from(["12 Main St", None, 5, []]),
+)
 smuggled = st.fixed_dictionaries(
     {},
     optional={
@@ -158,13 +174,17 @@ def tool_input(draw: st.DrawFn, name: str) -> Any:
     if shape == "empty":
         return {}
     args: dict[str, Any] = {}
-    if name in ("lookup_order", "request_refund") or (name == "list_invoices" and draw(st.booleans())):
+    if name in ("lookup_order", "request_refund", "cancel_order", "update_shipping_address") or (
+        name == "list_invoices" and draw(st.booleans())
+    ):
         args["order_id"] = draw(order_ref)
     if name == "request_refund":
         args["amount_cents"] = draw(amount)
         args["reason"] = draw(reason)
-    if name == "escalate_to_human":
+    if name in ("escalate_to_human", "cancel_order"):
         args["reason"] = draw(reason)
+    if name == "update_shipping_address":
+        args["address"] = draw(address_value)
     if shape == "smuggled":
         args.update(draw(smuggled))
     return args
@@ -338,6 +358,12 @@ def _check_turn(h: Harness, world: World, orders: Orders, cid: str | None, outco
     # Money: customer 7's orders obey every rule; customer 8's were never touched.
     check_money(world, 7, [orders.own_delivered, orders.own_shipped, orders.own_processing, 1042, 1043, 1044, 1045])
     untouched(world, 8)
+    # No effect needing the customer's confirmation happened: no tool can confirm a proposal.
+    for row in world.customer_rows(7, "ORDER#"):
+        assert not row.get("cancelled_by") and not row.get("address_changed_by"), f"changed without a Confirm: {row}"
+    assert world.customer_rows(8, "PROPOSAL#") == []
+    proposals = world.customer_rows(7, "PROPOSAL#")
+    assert all(p["status"] == "PROPOSED" and not p.get("decided_at") for p in proposals), proposals
 
 
 def run_session(

@@ -118,6 +118,7 @@ class Recorder:
             self._conversation_key(f"{prefix}:{operation}", params)
         else:
             ref = params.get("QueueUrl") or params.get("TopicArn") or params.get("stateMachineArn") or ""
+            ref = ref or (params.get("Name", "") if service == "ssm" else "")  # the support policy's parameter
             target = self._target(ref)
         self.pairs.add((f"{prefix}:{operation}", target))
 
@@ -271,6 +272,8 @@ NOT_EXERCISED = {
     },
     ("sqs:SendMessage", "AuditSealDLQ"): "the mapping's on-failure destination (the Lambda service sends)",
     ("sqs:SendMessage", "ScheduledRunsDLQ"): "a scheduled run's dead-letter queue (the Lambda service sends)",
+    # Only when the policy's newest version does not validate (tests/unit/test_policy_source.py walks it).
+    ("ssm:GetParameterHistory", "SupportPolicyParameter"): "a malformed newest policy version",
 }
 
 
@@ -365,6 +368,8 @@ def test_approvals_function_under_its_own_role(
 ) -> None:
     now = datetime.now(UTC).isoformat()
     pending = [_approval(stack, "PENDING", now) for _ in range(2)]
+    # A cancellation's refund waiting for a lead: its rejection opens a hand-off (the ticket put).
+    cancellation = _approval(stack, "PENDING", now, action="cancel_order")
     failed = [_approval(stack, "FAILED", now, decided_by="lead-1") for _ in range(2)]
     api.model.script = [
         tools(
@@ -399,6 +404,7 @@ def test_approvals_function_under_its_own_role(
             ("GET", f"/api/approvals/{pending[0]}", 200),
             ("POST", f"/api/approvals/{pending[0]}/approve", 202),
             ("POST", f"/api/approvals/{pending[1]}/reject", 200),
+            ("POST", f"/api/approvals/{cancellation}/reject", 200),
             ("POST", f"/api/approvals/{failed[0]}/retry", 202),
             ("POST", f"/api/approvals/{failed[1]}/release", 200),
             # The trail first, as before the inbox steps existed (its seal read ran there, and still does).

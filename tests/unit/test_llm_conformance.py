@@ -482,7 +482,14 @@ def test_seed_transcript(h: Harness, wire: Wire) -> None:
     assert order(h, 1042) == (0, 18900, 0)
     # What the provider saw: the tools offered, its own tool call and the fenced result, no ban.
     first, second, third = wire.requests
-    assert wire.offered(first) == ["lookup_order", "list_invoices", "request_refund", "escalate_to_human"]
+    assert wire.offered(first) == [
+        "lookup_order",
+        "list_invoices",
+        "request_refund",
+        "escalate_to_human",
+        "cancel_order",
+        "update_shipping_address",
+    ]
     assert all(wire.tool_choice(b) is None for b in wire.requests)
     ((call_id, name, args),) = wire.calls(second)
     assert (name, args) == ("lookup_order", {"order_id": 1042})

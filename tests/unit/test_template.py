@@ -794,6 +794,7 @@ ALLOWED: dict[str, set[Pair]] = {
     "ApprovalsFunction": {
         ("dynamodb:GetItem", "ApprovalsTable"),
         ("dynamodb:UpdateItem", "ApprovalsTable"),
+        ("dynamodb:PutItem", "ApprovalsTable"),  # a cancellation's refund rejected: the hand-off it opens
         ("dynamodb:Query", "ApprovalsTable/index/by_status"),
         ("dynamodb:Query", "ApprovalsTable/index/by_created"),
         ("dynamodb:UpdateItem", "CustomerDataTable"),

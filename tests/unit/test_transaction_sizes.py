@@ -45,7 +45,8 @@ COVERED = {
     "refunds/settlements.py": 2,
     # a decision's own items, with or without its notification's two (counter, notification): test_ledger_writes
     # (fail_unstarted, record, fail_late), test_approval_decisions (approve, retry, reject/expire/release: without a
-    # conversations table, the items alone) and turns.py's turn.failed
+    # conversations table, the items alone), turns.py's turn.failed, and a proposal's writes (store/proposals.py:
+    # its creation, each move with the action's own order update): test_proposal_writes
     "store/notifications.py": 1,
     "store/takeover.py": 1,  # a person's reply (its changes of owner go through notifications.py's): test_hand_offs
     "store/erasure.py": 2,  # chunks, and the run's summary (record item + row): test_erasure_chunks
@@ -254,3 +255,35 @@ def test_turn_claim() -> None:
     assert big.turn is not None
     assert store.take_over(big.turn, "handed", "mine", now_epoch=0, lease_until=40)
     assert [len(t) for t in db.transactions] == [2, 1, 2]
+
+
+def test_proposal_writes() -> None:
+    """A proposal written (item + row + the turn's fence + counter + notification) and each move (item + rows + the
+    action's order update + counter + notification): the largest, a confirmed address change's end."""
+    from support_agent.store.proposals import ProposalItem, ProposalStore
+
+    db = RecordingDynamo()
+    store = ProposalStore(db, "CustomerData", "Audit", "Conversations")
+    proposal = ProposalItem(
+        customer_id=7,
+        sk="PROPOSAL#" + CID + "#prp_1",
+        proposal_id="prp_1",
+        conversation_id=CID,
+        seq=3,
+        tool_use_id="toolu_1",
+        action="update_shipping_address",
+        order_id=1045,
+        input={"order_id": 1045},
+        summary="s",
+        status="PROPOSED",
+        created_at="t",
+        expires_at="u",
+        policy_version=0,
+    )
+    fence = {"ConditionCheck": {"TableName": "Conversations", "Key": {}, "ConditionExpression": "x"}}
+    written = store.create(proposal, proposal.row("proposal_created", "customer-7", "PROPOSED", "t", {}), fence)
+    order = {"Update": {"TableName": "CustomerData", "Key": {}, "UpdateExpression": "SET a = :a"}}
+    rows = [written.row("proposal_completed", "customer-7", "ADDRESS_UPDATED", "t", {})]
+    store.move(written, {"status": "CONFIRMED"}, rows, note=written.note("confirmed", "t"), extra=[order])
+    assert [len(t) for t in db.transactions] == [5, 5]
+    assert all(len(t) <= DYNAMODB_LIMIT for t in db.transactions)

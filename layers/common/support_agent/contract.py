@@ -15,6 +15,7 @@ from support_agent.errors import (
     ModelUnavailable,
     NotFound,
     NotPermitted,
+    PolicyUnavailable,
     RateLimited,
     ServiceError,
     TokenBudgetExhausted,
@@ -34,6 +35,7 @@ CONTRACT: dict[type[ServiceError], tuple[int, str]] = {
     RateLimited: (429, "rate_limited"),
     ModelRefused: (502, "model_error"),
     ModelUnavailable: (503, "model_unavailable"),
+    PolicyUnavailable: (503, "policy_unavailable"),
 }
 INTERNAL = (500, "internal_error")
 

@@ -96,3 +96,10 @@ class ModelUnavailable(ModelError):
     """The model API is down, overloaded or too slow for the turn's deadline; the caller may resend."""
 
     kind = "model_unavailable"
+
+
+class PolicyUnavailable(ServiceError):
+    """No version of the support policy can be applied: none validates, or none could be read (policy/source.py).
+    Nothing is decided without rules: a tool answers is_error, a route 503."""
+
+    kind = "policy_unavailable"

@@ -9,7 +9,8 @@ an event committed late:
   ``turn.failed``, in turn order, once every earlier turn has ended too (turns hold the lease one at a time; a
   turn record is read before the messages, so a turn read as ended has all its messages in the read).
 * **the notifications** (store/notifications.py): ``approval.decided``, ``refund.settled``, ``turn.failed`` from
-  the sweep, by number.
+  the sweep, the hand-off's, and ``proposal.created``/``confirmed``/``declined``/``expired`` (an action the
+  customer confirms: store/proposals.py), by number.
 
 The two are merged by time (``at``); each event carries the cursor that resumes right after it. The cursor is
 opaque (base64url JSON) and names its conversation: it cannot be used on another one. A read model, no HTTP:

@@ -30,6 +30,7 @@ from support_agent.config import Settings, get_settings
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
 
+    from support_agent.actions import Action, ProposalDesk
     from support_agent.agent.loop import Agent
     from support_agent.agent.turn_sweep import TurnSweeper
     from support_agent.agent.worker import TurnWorker
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from support_agent.handoffs.brief import Briefs
     from support_agent.llm.base import LlmClient
     from support_agent.mcp.our_tools import McpServices
+    from support_agent.policy.model import PolicyReader
     from support_agent.refunds import (
         PaymentProvider,
         PaymentSweeper,
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
     from support_agent.store.turns import TurnStore
     from support_agent.tools.registry import ToolRegistry, ToolSource
 
-Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager", "s3"]
+Service = Literal["dynamodb", "sqs", "sns", "stepfunctions", "secretsmanager", "s3", "ssm"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class ChatServices:
     read_limiter: RateLimiter
     payments: PaymentProvider  # lazy: built on the first refund call (refunds/provider/factory.py)
     turns: TurnStore  # turn records and idempotency keys (store/turns.py)
+    # The customer's Confirm and Decline of a proposed action (actions/proposals.py): the routes call it.
+    proposals: ProposalDesk
     sqs: Any = None  # the hand-over's queue client (lazy: most turns never need it)
 
 
@@ -135,15 +139,33 @@ def build_settler(settings: Settings, ddb: Any, payments: PaymentProvider) -> Re
     return RefundSettler(payments, ledger, utc_now)
 
 
-def build_registry(settings: Settings, ddb: Any, sqs: Any, payments: PaymentProvider | None = None) -> ToolRegistry:
+def build_policy_reader(settings: Settings) -> PolicyReader:
+    """The support policy's reader: the SSM parameter's newest valid version (policy/source.py) when one is
+    configured, else the built-in default with REFUND_THRESHOLD_CENTS, reported as version 0 (today's rules)."""
+    from support_agent.policy.source import policy_source
+
+    return policy_source(settings, lambda: client("ssm"))
+
+
+@dataclass(frozen=True)
+class ActionKit:
+    """The declared actions (actions/), the policy they read and the desk that proposes and decides them."""
+
+    actions: list[Action[Any]]
+    policy: PolicyReader
+    proposals: ProposalDesk
+
+
+def build_actions(
+    settings: Settings, ddb: Any, sqs: Any, payments: PaymentProvider | None = None, policy: PolicyReader | None = None
+) -> ActionKit:
     """``payments``: the process's provider; by default one built from the settings on its first call."""
+    from support_agent.actions import AddressChange, Cancellation, ProposalDesk, address_action, cancel_action
     from support_agent.refunds import RefundWriter, lazy_provider
+    from support_agent.store.conversations import ConversationStore
     from support_agent.store.customer_data import CustomerDataStore
-    from support_agent.store.handoffs import HandoffStore
-    from support_agent.tools.handoff import handoff_tools
-    from support_agent.tools.orders import order_tools
-    from support_agent.tools.refunds import refund_tools
-    from support_agent.tools.registry import ToolRegistry
+    from support_agent.store.proposals import ProposalStore
+    from support_agent.tools.refunds import refund_declaration, refund_desk
 
     customer_data = CustomerDataStore(ddb, settings.customer_data_table)
     writer = RefundWriter(ddb, settings.customer_data_table, settings.approvals_table, settings.audit_table)
@@ -151,18 +173,43 @@ def build_registry(settings: Settings, ddb: Any, sqs: Any, payments: PaymentProv
     def enqueue(approval_id: str) -> None:
         sqs.send_message(QueueUrl=settings.approval_queue_url, MessageBody=json.dumps({"approvalId": approval_id}))
 
+    settler = build_settler(settings, ddb, payments if payments is not None else lazy_provider(settings))
+    desk = refund_desk(customer_data, writer, settler, enqueue, settings.refund_threshold_cents)
+    store = ProposalStore(ddb, settings.customer_data_table, settings.audit_table, settings.conversations_table)
+    actions = [
+        refund_declaration(desk),
+        cancel_action(Cancellation(store, customer_data, desk)),
+        address_action(AddressChange(customer_data)),
+    ]
+    conversations = ConversationStore(ddb, settings.conversations_table)
+
+    def last_seq(conversation_id: str) -> int | None:
+        header = conversations.get_header(conversation_id)
+        return None if header is None else header.next_seq - 1
+
+    reader = policy if policy is not None else build_policy_reader(settings)
+    proposals = ProposalDesk(store, customer_data, reader, {a.name: a for a in actions}, last_seq)
+    return ActionKit(actions, reader, proposals)
+
+
+def build_registry(
+    settings: Settings, ddb: Any, sqs: Any, payments: PaymentProvider | None = None, kit: ActionKit | None = None
+) -> ToolRegistry:
+    """``payments``: the process's provider; by default one built from the settings on its first call. ``kit``: the
+    declared actions (built here when not given)."""
+    from support_agent.store.customer_data import CustomerDataStore
+    from support_agent.store.handoffs import HandoffStore
+    from support_agent.tools.actions import action_tools
+    from support_agent.tools.handoff import handoff_tools
+    from support_agent.tools.orders import order_tools
+    from support_agent.tools.registry import ToolRegistry
+
+    kit = kit if kit is not None else build_actions(settings, ddb, sqs, payments)
+    customer_data = CustomerDataStore(ddb, settings.customer_data_table)
     handoffs = HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table)
-    return ToolRegistry(
-        order_tools(customer_data)
-        + refund_tools(
-            customer_data,
-            writer,
-            build_settler(settings, ddb, payments if payments is not None else lazy_provider(settings)),
-            enqueue,
-            settings.refund_threshold_cents,
-        )
-        + handoff_tools(handoffs)
-    )
+    # Today's four first, the new actions after them: the tool list's cached prefix is unchanged for those.
+    refunds, *others = action_tools(kit.actions, kit.policy, kit.proposals)
+    return ToolRegistry([*order_tools(customer_data), refunds, *handoff_tools(handoffs), *others])
 
 
 def build_tool_source(settings: Settings, registry: ToolRegistry, ddb: Any, secrets_client: Any = None) -> ToolSource:
@@ -194,12 +241,19 @@ def build_tool_source(settings: Settings, registry: ToolRegistry, ddb: Any, secr
 
 
 def build_mcp_services(settings: Settings, ddb: Any, sqs: Any, payments: PaymentProvider | None = None) -> McpServices:
-    """The chat's registry (the same tools, stores and settler) and the MCP audit stream's tables."""
+    """The chat's registry (the same tools, stores and settler) and the MCP audit stream's tables; the actions the
+    policy in force says the customer must confirm are not offered (`McpServices.hidden`)."""
+    from support_agent.clock import utc_now
     from support_agent.mcp.our_tools import McpServices
 
-    return McpServices(
-        build_registry(settings, ddb, sqs, payments), ddb, settings.conversations_table, settings.audit_table
-    )
+    kit = build_actions(settings, ddb, sqs, payments)
+
+    def hidden() -> frozenset[str]:
+        applied = kit.policy.current()
+        return frozenset(a.name for a in kit.actions if not a.offered_over_mcp(applied))
+
+    registry = build_registry(settings, ddb, sqs, payments, kit)
+    return McpServices(registry, ddb, settings.conversations_table, settings.audit_table, utc_now, hidden)
 
 
 def build_chat_services(
@@ -217,8 +271,9 @@ def build_chat_services(
     sqs = _lazy("sqs") if sqs is None else sqs
     payments = payments if payments is not None else lazy_provider(settings)
     conversations = ConversationStore(ddb, settings.conversations_table, settings.audit_table)
-    tools = build_tool_source(settings, build_registry(settings, ddb, sqs, payments), ddb)
-    agent = Agent(settings, llm, conversations, tools)
+    kit = build_actions(settings, ddb, sqs, payments)
+    tools = build_tool_source(settings, build_registry(settings, ddb, sqs, payments, kit), ddb)
+    agent = Agent(settings, llm, conversations, tools, decisions=kit.proposals.list)
     return ChatServices(
         settings,
         agent,
@@ -230,6 +285,7 @@ def build_chat_services(
         payments=payments,
         turns=TurnStore(ddb, settings.conversations_table),
         sqs=sqs,
+        proposals=kit.proposals,
     )
 
 
@@ -253,6 +309,7 @@ def build_lead_services(
     approvals = ApprovalStore(
         ddb, settings.approvals_table, settings.customer_data_table, settings.audit_table, settings.conversations_table
     )
+    handoffs = HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table)
     return LeadServices(
         settings,
         approvals,
@@ -263,8 +320,9 @@ def build_lead_services(
             settings.approval_wait_seconds,
             utc_now,
             ttl=timedelta(hours=settings.approval_ttl_hours),
+            handoffs=handoffs,  # a cancellation's refund rejected opens one (approvals/decisions.py)
         ),
-        HandoffStore(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
+        handoffs,
         AuditStore(
             ddb,
             settings.audit_table,

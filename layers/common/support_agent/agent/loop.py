@@ -8,7 +8,7 @@ leaves a history that the next turn's repair completes without repeating a side 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -119,6 +119,7 @@ class Agent:
         clock: Callable[[], float] = time.time,
         now: Callable[[], str] = utc_now,
         checkpoint: Callable[[str], None] | None = None,
+        decisions: Callable[[int, str], Iterable[Any]] | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
@@ -129,6 +130,9 @@ class Agent:
         self.now = now
         # A seam for fault-injection tests: called at each step a crash could interrupt.
         self.checkpoint = checkpoint or (lambda _step: None)
+        # The customer's decisions on proposed actions (customer id, conversation id → proposals): told to the model
+        # as notes from the system in the history (agent/history.py `with_notes`), one Query per turn.
+        self.decisions = decisions or (lambda _customer, _conversation: ())
 
     # -- the turn -----------------------------------------------------------------------------
 
@@ -331,7 +335,9 @@ class _Turn:
 
     def _audit(self, use: Block, outcome: ToolOutcome, now: str) -> AuditRecord:
         """The call's row; it names the streams its effect wrote, as the tool's outcome says (an approval, a
-        hand-off, a refund key), so the conversation's trail follows them (store/audit.py `conversation_trail`)."""
+        hand-off, a refund key, a proposal), so the conversation's trail follows them (store/audit.py
+        `conversation_trail`), and the support policy's version a declared action's answer says it applied."""
+        version = outcome.result.get("policy_version") if isinstance(outcome.result, dict) else None
         return AuditRecord(
             stream=self.conversation_id,
             action="tool_call",
@@ -348,6 +354,8 @@ class _Turn:
             approval_id=outcome.streams.approval_id,
             handoff_id=outcome.streams.handoff_id,
             refund_key=outcome.streams.refund_key,
+            proposal_id=outcome.streams.proposal_id,
+            policy_version=version if isinstance(version, int) and not isinstance(version, bool) else None,
         )
 
     def _store_results(self, pairs: list[tuple[Block, ToolOutcome]]) -> Message:
@@ -452,10 +460,15 @@ class _Turn:
 
     def _run(self, message: str | None) -> TurnResult:
         history = self.agent.conversations.load(self.conversation_id)
-        messages = hist.RequestHistory(hist.for_model(m) for m in history)
+        decided = self.agent.decisions(self.customer_id, self.conversation_id) if hist.proposed_in(history) else ()
+        notes = hist.decision_notes(decided)
+        mapped, trailing = hist.with_notes(history, notes)
+        messages = hist.RequestHistory(mapped)
         repaired = self._repair(history)
         if repaired is not None:
             messages.add(repaired)
+        if trailing is not None:  # after the repair: a tool call's results come first
+            messages.add(trailing)
         if self.header.usage.total >= self.settings.conversation_token_budget:
             raise TokenBudgetExhausted("this conversation has used its token budget; start a new one")
         pending_user: Message | None = None

@@ -14,6 +14,10 @@ SETTLING (the payment provider has the refund and has not confirmed it) belongs 
 payment sweep: a second approve only waits for it, as during APPROVED, and starts nothing; retry and
 release refuse it (409), since either could ask the provider for a second refund or free money that
 is about to leave.
+
+A cancellation's refund (an approval whose ``action`` is ``cancel_order``: actions/cancel.py) rejected leaves the
+order CANCELLED and the refund REJECTED, and opens a hand-off for a person to settle with the customer (once per
+approval, however often the rejection is repeated).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from support_agent.approvals.flow import start_flow
 from support_agent.errors import Conflict, NotFound
 from support_agent.ids import APPROVAL_ID
 from support_agent.store.approvals import Approval, ApprovalStore, ReservationMissing, StateConflict
+from support_agent.store.handoffs import HandoffStore
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ class ApprovalDecisions:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     ttl: timedelta | None = None
+    handoffs: HandoffStore | None = None  # where a rejected cancellation's hand-off is opened (none: not opened)
 
     def get(self, approval_id: str) -> Approval:
         """The approval (the store answers None for the table's hand-offs too): NotFound when there is none."""
@@ -122,7 +128,19 @@ class ApprovalDecisions:
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def reject(self, approval_id: str, lead: str, reason: str | None) -> Decision:
-        return self._give_back(approval_id, lead, _REJECT, reason)
+        decision = self._give_back(approval_id, lead, _REJECT, reason)
+        approval = decision.approval
+        if approval.action == "cancel_order" and approval.status == "REJECTED" and self.handoffs is not None:
+            why = f"order {approval.order_id} was cancelled but a lead rejected refunding its {approval.amount_cents}"
+            try:
+                self.handoffs.open_for_decision(
+                    approval_id, approval.conversation_id, approval.customer_id, f"{why} cents", lead, self.now()
+                )
+            except (ClientError, BotoCoreError, Conflict):  # the rejection stands; rejecting again opens it
+                logger.exception(
+                    "could not open the rejected cancellation's hand-off", extra={"approval_id": approval_id}
+                )
+        return decision
 
     def retry(self, approval_id: str, lead: str) -> Decision:
         self.get(approval_id)

@@ -18,6 +18,9 @@ so it stays light. (The outside servers' tools the agent uses are mcp/outside.py
   runs. The same call again answers as recorded; another one (other arguments, another tool) is an ``is_error``
   ``idempotency_key_reused`` (as ``/api/chat`` answers 422), audited, nothing else written. A key whose refund
   predates the binding item is bound by its next call. A read-only tool ignores a key.
+* Confirmation: an action whose rule in the support policy needs the customer's confirmation (actions/) is not
+  offered: there is no conversation here to confirm it in. ``tools/list`` omits it (`McpServices.hidden`, read
+  from the policy in force) and a call of it is an ``is_error`` (audited, nothing else written).
 * Audit: every call is one row of the stream ``mcp#<customer_id>`` (origin ``mcp``, the client's name), whose
   head lives in the Conversations item ``mcp#<customer_id>`` / 0; that item carries no ``customer_id`` and no
   ``updated_at`` (``by_customer`` never lists it). The row is chained on the head read and the head advanced
@@ -54,6 +57,7 @@ MAX_KEY_CHARS = 255
 MAX_CLIENT_CHARS = 128
 AUDIT_RETRIES = 32  # concurrent calls of one customer racing on its stream's head
 KEY_REUSED = "idempotency_key_reused"
+NEEDS_CONFIRMATION = "it needs the customer's confirmation in a conversation with the support chat"
 
 _READ_ONLY = frozenset({"lookup_order", "list_invoices"})
 # The effects' meaning in MCP's terms: a refund moves money and a hand-off opens a ticket (destructive: not
@@ -68,6 +72,8 @@ class McpServices:
     conversations_table: str  # the holder items ``mcp#<customer_id>`` / 0 (audit head, open MCP hand-off)
     audit_table: str
     now: Callable[[], str] = utc_now
+    # The tools not offered over MCP now: declared actions whose rule needs the customer's confirmation (wiring.py).
+    hidden: Callable[[], frozenset[str]] = frozenset
 
 
 def stream_of(customer_id: int) -> str:
@@ -110,12 +116,14 @@ def bind_key(services: McpServices, customer_id: int, idempotency_key: str, name
     )
 
 
-def tool_definitions(registry: ToolRegistry) -> list[dict[str, Any]]:
+def tool_definitions(registry: ToolRegistry, hidden: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """``[{"name", "description", "inputSchema", "annotations"}]`` from the registry's own specs (the same
-    pydantic models as the chat's tools), in the registry's order."""
+    pydantic models as the chat's tools), in the registry's order; none of ``hidden``."""
     out = []
     for spec in registry.specs:
         name = spec["name"]
+        if name in hidden:
+            continue
         annotations = {"readOnlyHint": True} if name in _READ_ONLY else dict(_EFFECT_ANNOTATIONS)
         out.append(
             {
@@ -143,6 +151,10 @@ def call_tool(
     client = (client_name or "unknown")[:MAX_CLIENT_CHARS]
     key = idempotency_key if idempotency_key else None
     effect = name not in _READ_ONLY
+    if name in services.hidden():
+        outcome = ToolOutcome({"error": f"{name[:64]} is not offered here: {NEEDS_CONFIRMATION}"}, True, "unknown_tool")
+        _audit(services, principal, name, arguments, outcome, None, client)
+        return outcome
     if key is not None and len(key) > MAX_KEY_CHARS:
         outcome = ToolOutcome(
             {"error": f"the idempotency key is longer than {MAX_KEY_CHARS} characters"}, True, "invalid_input"
@@ -210,10 +222,18 @@ def _audit(
         approval_id=outcome.streams.approval_id,
         handoff_id=outcome.streams.handoff_id,
         refund_key=outcome.streams.refund_key,
+        proposal_id=outcome.streams.proposal_id,
         origin=ORIGIN,
         client=client,
+        policy_version=_version(outcome.result),
     )
     append_audit(services, principal.customer_id, record)
+
+
+def _version(result: Any) -> int | None:
+    """The policy version an action's answer says it applied (actions/), for its audit row."""
+    version = result.get("policy_version") if isinstance(result, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def append_audit(services: McpServices, customer_id: int, record: AuditRecord) -> None:

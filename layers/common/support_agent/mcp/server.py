@@ -59,7 +59,8 @@ IN_PROCESS: ContextVar[InProcessCall | None] = ContextVar("support_agent_mcp_in_
 INSTRUCTIONS = (
     "Tools of the support desk, acting for the signed-in customer only: look up orders and invoices, "
     "request refunds (held for a support lead above the threshold, or when no idempotency key is given "
-    f'in params._meta["{IDEMPOTENCY_META_KEY}"]) and ask for a person.'
+    f'in params._meta["{IDEMPOTENCY_META_KEY}"]) and ask for a person. Actions the customer must confirm '
+    "(cancelling an order, changing its address, by default) are offered only in the support chat."
 )
 
 
@@ -107,9 +108,11 @@ def build_server(services: Callable[[], McpServices]) -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        if IN_PROCESS.get() is None:
+        hidden: frozenset[str] = frozenset()
+        if IN_PROCESS.get() is None:  # the chat's own calls (TOOL_MODE=mcp) see every tool; a client, those it may call
             _principal(ctx)
-        definitions = tool_definitions(services().registry)
+            hidden = services().hidden()
+        definitions = tool_definitions(services().registry, hidden)
         return types.ListToolsResult(tools=[types.Tool.model_validate(d, by_name=False) for d in definitions])
 
     async def on_call_tool(

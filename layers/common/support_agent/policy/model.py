@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -121,3 +122,19 @@ class AppliedPolicy:
 
     version: int
     policy: SupportPolicy
+
+
+class PolicyReader(Protocol):
+    """The policy in force now, with the version it was read as (`PolicyUnavailable` when none can be applied)."""
+
+    def current(self) -> AppliedPolicy: ...
+
+
+@dataclass(frozen=True)
+class StaticPolicy:
+    """One policy, always: the built-in default as version 0 (no parameter configured), or a test's own."""
+
+    applied: AppliedPolicy
+
+    def current(self) -> AppliedPolicy:
+        return self.applied

@@ -14,28 +14,20 @@ REFUND_THRESHOLD_CENTS applies, as version 0.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from aws_lambda_powertools.utilities.parameters import BaseProvider
 from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
 from pydantic import ValidationError
 
 from support_agent.config import Settings
+from support_agent.errors import PolicyUnavailable
 from support_agent.observability import POLICY_REFUSED, emit, logger
-from support_agent.policy.model import AppliedPolicy, SupportPolicy, default_policy
+from support_agent.policy.model import AppliedPolicy, PolicyReader, StaticPolicy, SupportPolicy, default_policy
 
 _APPLIED = "applied"
 _UNAVAILABLE = "unavailable"
 _HISTORY_PAGE = 50  # GetParameterHistory's largest page; SSM keeps a parameter's last 100 versions
-
-
-class PolicyUnavailable(Exception):
-    """No version of the support policy can be applied: none validates, or none could be read (callers answer a
-    clear error rather than decide an action without rules)."""
-
-
-class PolicyReader(Protocol):
-    def current(self) -> AppliedPolicy: ...
 
 
 def refusal(exc: ValidationError) -> str:
@@ -145,19 +137,9 @@ class PolicySource:
         return applied
 
 
-class StaticPolicy:
-    """The built-in policy, as version 0: no parameter configured."""
-
-    def __init__(self, policy: SupportPolicy) -> None:
-        self._applied = AppliedPolicy(0, policy)
-
-    def current(self) -> AppliedPolicy:
-        return self._applied
-
-
 def policy_source(settings: Settings, ssm_client_factory: Callable[[], Any]) -> PolicyReader:
     """SUPPORT_POLICY_PARAMETER's newest valid version, or without one the built-in default with
     REFUND_THRESHOLD_CENTS (as today)."""
     if not settings.support_policy_parameter:
-        return StaticPolicy(default_policy(settings.refund_threshold_cents))
+        return StaticPolicy(AppliedPolicy(0, default_policy(settings.refund_threshold_cents)))
     return PolicySource(settings.support_policy_parameter, ssm_client_factory, settings.policy_cache_seconds)

@@ -10,7 +10,8 @@ The modules, in the order a refund meets them:
 * keys.py — the refund key's grammar: the one module that builds or parses a refund key, an attempt key or a
   ledger sort key; vocabulary.py — the customers' word for a refund's state. Both are leaves (they import
   nothing of the package), imported as modules by any layer.
-* decide.py — a request decided: refused, refunded at once within the threshold, or held for a lead;
+* decide.py — a request decided under the policy's terms (`RefundTerms`: actions/refund.py and actions/cancel.py
+  build them): refused, refunded at once within the threshold, or held for a lead;
   requests.py — its money writes (the reservation with the ledger row, or with the PENDING approval).
 * ledger.py — `RefundLedger`, one row per refund key: the row and its states (ledger_row.py), its tables and
   the parts of every write (ledger_table.py), an approved refund's start (approved.py), what a provider call
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from support_agent.refunds.decide import OrderNotFound as OrderNotFound
     from support_agent.refunds.decide import RefundDesk as RefundDesk
     from support_agent.refunds.decide import RefundRefused as RefundRefused
+    from support_agent.refunds.decide import RefundTerms as RefundTerms
     from support_agent.refunds.decide import streams_of as streams_of
     from support_agent.refunds.ledger import RefundLedger as RefundLedger
     from support_agent.refunds.provider.factory import lazy_provider as lazy_provider
@@ -56,6 +58,7 @@ _PUBLIC = {
     "OrderNotFound": "decide",
     "RefundDesk": "decide",
     "RefundRefused": "decide",
+    "RefundTerms": "decide",
     "streams_of": "decide",
     "RefundLedger": "ledger",
     "lazy_provider": "provider.factory",

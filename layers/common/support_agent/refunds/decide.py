@@ -7,8 +7,10 @@ was erased, or no longer validates, still finds it.
 
 What a new call gets:
 
-* refused (`RefundRefused`): the order is not the customer's, not delivered or shipped, has less left to
-  refund than asked, or (with a payment provider) no card payment to refund;
+* refused (`RefundRefused`): the order is not the customer's, not in a status the policy allows refunds in (its
+  ``request_refund`` rule: delivered or shipped by default; a cancellation's refund, only its own CANCELLED
+  order), outside the rule's other terms (`RefundTerms.refusal`: the refund window), has less left to refund than
+  asked, or (with a payment provider) no card payment to refund;
 * a direct refund, when the call is not held and the order's ``refunded + reserved + amount`` stays within the
   threshold: its ledger row is written REQUESTED with the reservation (requests.py), then the provider is asked
   (settle.py), then the outcome recorded. A call found REQUESTED or SETTLING (a crash between those steps, or
@@ -34,7 +36,7 @@ from support_agent.refunds.ledger_row import UNSETTLED, LedgerRow
 from support_agent.refunds.requests import HeldExists, RefundRace, RefundRequest, RefundWriter
 from support_agent.refunds.settle import RefundSettler
 from support_agent.store.audit import Streams
-from support_agent.store.customer_data import REFUNDABLE_STATUSES, CustomerDataStore, Order
+from support_agent.store.customer_data import CustomerDataStore, Order
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +87,27 @@ class RefundCall(Protocol):
     def owner_conversation_id(self) -> str: ...  # the conversation told of decisions; "" for none
 
 
+@dataclass(frozen=True)
+class RefundTerms:
+    """What the support policy says of one refund (actions/refund.py builds them from its rule; a cancellation's
+    refund from the cancel rule, actions/cancel.py): the statuses it may be made in, the most refunded on one
+    order without a lead, the version decided under, and any further refusal (the window), in the customers' words.
+    ``cancelled_by``: a cancellation's refund, only on the order that proposal cancelled."""
+
+    statuses: tuple[str, ...] = ("DELIVERED", "SHIPPED")
+    threshold_cents: int = 5000
+    policy_version: int | None = None
+    refusal: Callable[[Order], str | None] | None = None
+    cancelled_by: str = ""
+    action: str = "request_refund"
+
+
+def status_words(statuses: tuple[str, ...]) -> str:
+    """("DELIVERED", "SHIPPED") -> "delivered or shipped": the statuses as the customer reads them."""
+    words = [s.lower() for s in statuses]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
 def direct_answer(row: LedgerRow) -> dict[str, Any]:
     """The answer for a direct refund, from its ledger row (the customers' vocabulary)."""
     money = {"order_id": row.order_id, "amount_cents": row.amount_cents, "currency": row.currency}
@@ -127,14 +150,18 @@ class RefundDesk:
     enqueue_approval: Callable[[str], None]
     threshold_cents: int
 
-    def request(self, call: RefundCall, order_id: int, amount_cents: int, reason: str) -> dict[str, Any]:
-        """The call's answer: recorded before, or decided now (module docstring); `RefundRefused` when refused."""
+    def request(
+        self, call: RefundCall, order_id: int, amount_cents: int, reason: str, terms: RefundTerms | None = None
+    ) -> dict[str, Any]:
+        """The call's answer: recorded before, or decided now (module docstring); `RefundRefused` when refused.
+        ``terms``: the policy's (default: today's statuses and this desk's threshold)."""
+        terms = terms if terms is not None else RefundTerms(threshold_cents=self.threshold_cents)
         for _ in range(MAX_ATTEMPTS):
             prior = self.recorded(call)
             if prior is not None:
                 return prior
             try:
-                return self._attempt(call, order_id, amount_cents, reason)
+                return self._attempt(call, order_id, amount_cents, reason, terms)
             except RefundRace:
                 continue  # the order changed under us, or this call was recorded meanwhile: decide again
         raise RefundRefused(f"order {order_id} is changing right now; try the refund again in a moment")
@@ -144,18 +171,22 @@ class RefundDesk:
         item = self.store.get(call.customer_id, request_sk(call.conversation_id, call.seq, call.tool_use_id))
         if item is None:
             return None
+        version = {"policy_version": item["policy_version"]} if item.get("policy_version") is not None else {}
         if item.get("kind") != "direct" or "refund_key" not in item:
-            return dict(json.loads(item["result"]))  # an approval request (or a ledger-only row from before)
+            # an approval request (or a ledger-only row from before)
+            return {**json.loads(item["result"]), **version}
         row = LedgerRow.from_item(item)
-        return self._settle(row, call) if row.status in UNSETTLED else direct_answer(row)
+        return {**(self._settle(row, call) if row.status in UNSETTLED else direct_answer(row)), **version}
 
-    def _attempt(self, call: RefundCall, order_id: int, amount_cents: int, reason: str) -> dict[str, Any]:
+    def _attempt(
+        self, call: RefundCall, order_id: int, amount_cents: int, reason: str, terms: RefundTerms
+    ) -> dict[str, Any]:
         stale: str | None = None
         if call.held:  # an identical request still pending answers this one, before the order (it reserved) is read
             pending, stale = self.writer.held(call.customer_id, order_id, amount_cents)
             if pending is not None:
                 return pending
-        order = self._refundable(call, order_id, amount_cents)
+        order = self._refundable(call, order_id, amount_cents, terms)
         request = RefundRequest(
             customer_id=call.customer_id,
             order_id=order_id,
@@ -171,19 +202,27 @@ class RefundDesk:
             now=call.now,
             payment_intent=order.payment_intent,
             fence=call.fence,
+            statuses=terms.statuses,
+            cancelled_by=terms.cancelled_by,
+            policy_version=terms.policy_version,
+            action=terms.action,
         )
         committed = order.refunded_cents + order.reserved_cents
-        if not call.held and committed + amount_cents <= self.threshold_cents:
-            return self._direct(call, request)
+        if not call.held and committed + amount_cents <= terms.threshold_cents:
+            return self._direct(call, request, terms.threshold_cents)
         return self._for_approval(call, request, stale)
 
-    def _refundable(self, call: RefundCall, order_id: int, amount_cents: int) -> Order:
+    def _refundable(self, call: RefundCall, order_id: int, amount_cents: int, terms: RefundTerms) -> Order:
         """The order, once it may be refunded ``amount_cents``; `RefundRefused` says why not."""
         order = self.store.get_order(call.customer_id, order_id)
         if order is None:
             raise OrderNotFound(order_id)
-        if order.status not in REFUNDABLE_STATUSES:
-            raise RefundRefused(f"order {order_id} is {order.status}; only delivered or shipped orders can be refunded")
+        if order.status not in terms.statuses or (terms.cancelled_by and order.cancelled_by != terms.cancelled_by):
+            words = status_words(terms.statuses)
+            raise RefundRefused(f"order {order_id} is {order.status}; only {words} orders can be refunded")
+        why = terms.refusal(order) if terms.refusal is not None else None
+        if why:
+            raise RefundRefused(why)
         available = order.available_cents
         if amount_cents > available:
             raise RefundRefused(f"order {order_id} has {available} cents left to refund; {amount_cents} is too much")
@@ -193,7 +232,7 @@ class RefundDesk:
             )
         return order
 
-    def _direct(self, call: RefundCall, request: RefundRequest) -> dict[str, Any]:
+    def _direct(self, call: RefundCall, request: RefundRequest, threshold_cents: int) -> dict[str, Any]:
         """Within the threshold: the REQUESTED row with its reservation, then the provider asked."""
         row = LedgerRow(
             customer_id=call.customer_id,
@@ -209,8 +248,9 @@ class RefundDesk:
             provider=self.settler.provider.name,
             conversation_id=call.owner_conversation_id,
             tool_use_id=call.tool_use_id,
+            policy_version=request.policy_version,
         )
-        return self._settle(self.writer.direct(request, self.threshold_cents, row), call)
+        return self._settle(self.writer.direct(request, threshold_cents, row), call)
 
     def _for_approval(self, call: RefundCall, request: RefundRequest, stale: str | None) -> dict[str, Any]:
         """Beyond the threshold, or held: a PENDING approval with its reservation, queued for a lead."""

@@ -47,6 +47,7 @@ class LedgerRow(Record):
     tool_use_id: str = optional("")  # a direct refund's tool call
     refund_id: str = optional("")
     failure_code: str = optional("")
+    policy_version: int | None = None  # the support policy's version the refund was decided under
 
     @property
     def settled(self) -> bool:

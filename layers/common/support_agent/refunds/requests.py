@@ -23,7 +23,7 @@ from support_agent.refunds.ledger_table import LedgerTable
 from support_agent.store.approvals import Approval
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audited_write import AuditedWrite
-from support_agent.store.customer_data import REFUNDABLE_STATUSES, order_key
+from support_agent.store.customer_data import order_key
 from support_agent.store.dynamo import (
     CONDITION_FAILED,
     DynamoDBClient,
@@ -79,6 +79,12 @@ class RefundRequest:
     # A chat turn's lease check (`ToolContext.fence`): the last item of the money write's transaction, so a turn
     # that lost its conversation's lease cannot reserve or refund (`LeaseLost`).
     fence: dict[str, Any] | None = None
+    # The order statuses the policy allows this refund in (its `request_refund` rule; a cancellation's refund:
+    # CANCELLED), conditioned on in the write; ``cancelled_by``: only the order this proposal cancelled.
+    statuses: tuple[str, ...] = ("DELIVERED", "SHIPPED")
+    cancelled_by: str = ""
+    policy_version: int | None = None  # the support policy's version the decision applied
+    action: str = "request_refund"  # the declared action asking (actions/): a cancellation's refund names its own
 
 
 class RefundWriter:
@@ -103,6 +109,8 @@ class RefundWriter:
             "tool_use_id": r.tool_use_id,
             "created_at": r.now,
             "result": dumps(result),
+            "policy_version": r.policy_version,
+            "action": None if r.action == "request_refund" else r.action,
         }
         return put_new(self._customers, row, "sk")
 
@@ -123,7 +131,7 @@ class RefundWriter:
             outcome=outcome,
             customer_id=r.customer_id,
             created_at=r.now,
-            tool="request_refund",
+            tool=r.action,
             input={"order_id": r.order_id, "amount_cents": r.amount_cents, "reason": r.reason},
             output=result,
             conversation_id=r.conversation_id or None,
@@ -131,25 +139,26 @@ class RefundWriter:
             request_id=r.request_id,
             tool_use_id=r.tool_use_id,
             refund_key=refund_key,
+            policy_version=r.policy_version,
         )
 
     def _order_update(self, r: RefundRequest, set_expr: str, need: int) -> dict[str, Any]:
+        """The order's money move, conditioned on its status being one ``r`` allows (and, for a cancellation's
+        refund, on this cancellation), its total unchanged and ``available`` covering ``need``."""
+        statuses = {f":s{i}": status for i, status in enumerate(r.statuses)}
+        condition = f"#st IN ({', '.join(statuses)}) AND total_cents = :total AND available_cents >= :need"
+        values: dict[str, Any] = {**statuses, ":total": r.total_cents, ":need": need, ":a": r.amount_cents}
+        if r.cancelled_by:
+            condition += " AND cancelled_by = :cancelled_by"
+            values[":cancelled_by"] = r.cancelled_by
         return {
             "Update": {
                 "TableName": self._customers,
                 "Key": order_key(r.customer_id, r.order_id),
                 "UpdateExpression": set_expr,
-                "ConditionExpression": ("#st IN (:s1, :s2) AND total_cents = :total AND available_cents >= :need"),
+                "ConditionExpression": condition,
                 "ExpressionAttributeNames": {"#st": "status"},
-                "ExpressionAttributeValues": to_values(
-                    {
-                        ":s1": REFUNDABLE_STATUSES[0],
-                        ":s2": REFUNDABLE_STATUSES[1],
-                        ":total": r.total_cents,
-                        ":need": need,
-                        ":a": r.amount_cents,
-                    }
-                ),
+                "ExpressionAttributeValues": to_values(values),
             }
         }
 
@@ -249,6 +258,8 @@ class RefundWriter:
             payment_intent=r.payment_intent or None,
             requested_by=r.actor,
             created_at=r.now,
+            action=None if r.action == "request_refund" else r.action,
+            policy_version=r.policy_version,
         )
         items = [
             self._request_row(r, "approval", "PENDING_APPROVAL", result),  # first: its condition says "exists"

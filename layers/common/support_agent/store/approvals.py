@@ -66,6 +66,10 @@ class Approval(StreamOwner):
     dedupe_sk: str | None = None  # a held request's dedupe item (refunds/requests.py `held_sk`)
     payment_intent: str | None = None
     requested_by: str = ""
+    # The declared action that asked (actions/): none for a refund request; "cancel_order" for a cancellation's
+    # refund, whose rejection opens a hand-off (approvals/decisions.py). The policy version it was decided under.
+    action: str | None = None
+    policy_version: int | None = None
     # The decisions (``_Change.sets``) and the leads' notification (its claim, then when it went out).
     decided_by: str | None = None
     decided_at: str | None = None

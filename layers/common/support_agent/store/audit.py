@@ -68,6 +68,8 @@ class AuditRecord(Record):
     refund_key: str | None = None
     origin: str | None = None  # "mcp" for a call through the MCP server (absent: the chat's, or no call)
     client: str | None = None  # the MCP client's name, as it gave it
+    proposal_id: str | None = None  # an action the customer confirms (actions/proposals.py): its stream's id
+    policy_version: int | None = None  # the support policy's version the decision applied (policy/model.py)
     event_id: str = field(default_factory=ulid)
     # The chain (audit/chain.py): set by `chain`, never by hand.
     n: int | None = None
@@ -106,17 +108,25 @@ class AuditRecord(Record):
 
 
 # The streams a row names, and the key prefix of each: a conversation's trail follows them.
-NAMED_STREAMS = (("approval_id", "approval#"), ("handoff_id", "handoff#"), ("refund_key", "refund#"))
+NAMED_STREAMS = (
+    ("approval_id", "approval#"),
+    ("handoff_id", "handoff#"),
+    ("refund_key", "refund#"),
+    ("proposal_id", "proposal#"),
+)
+PROPOSAL_PREFIX = "PROPOSAL#"  # store/proposals.py's sort keys (a leaf constant: that module imports this one)
 
 
 @dataclass(frozen=True)
 class Streams:
-    """The streams (`NAMED_STREAMS`) a call's effect wrote: an approval, a hand-off, a refund key. Its writer says
-    which (a tool's outcome, tools/registry.py); the call's own row names them, so the trail follows them."""
+    """The streams (`NAMED_STREAMS`) a call's effect wrote: an approval, a hand-off, a refund key, a proposal. Its
+    writer says which (a tool's outcome, tools/registry.py); the call's own row names them, so the trail follows
+    them."""
 
     approval_id: str | None = None
     handoff_id: str | None = None
     refund_key: str | None = None
+    proposal_id: str | None = None
 
 
 MAX_FOLLOWED_STREAMS = 200
@@ -187,6 +197,13 @@ class AuditStore:
                 return None
             sk = refund_keys.ledger_sk(stream.split("#", 1)[1])  # the row owning ``refund#<key>``
             item = self._get(self._customers, {"customer_id": customers.pop(), "sk": sk}) if sk else None
+        elif stream.startswith("proposal#"):  # the proposal item (store/proposals.py), in its customer's partition
+            owners = {(r.get("customer_id"), r.get("conversation_id") or "mcp") for r in rows}
+            if len(owners) != 1:
+                return None
+            customer, scope = owners.pop()
+            sk = f"{PROPOSAL_PREFIX}{scope}#{stream.split('#', 1)[1]}"
+            item = self._get(self._customers, {"customer_id": customer, "sk": sk}) if customer is not None else None
         else:  # a conversation, or an erasure run (its record: a key of the Conversations table)
             # Query, not GetItem: the lead role reads the Conversations table by Query only.
             out = self._db.query(

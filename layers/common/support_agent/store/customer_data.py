@@ -1,4 +1,4 @@
-"""The CustomerData table: orders, invoices and refund rows, all under the customer's partition.
+"""The CustomerData table: orders, invoices, refund rows and proposals, all under the customer's partition.
 
 Every read takes the customer id from the verified principal, so an order id guessed from another
 account is simply not there.
@@ -13,13 +13,13 @@ from support_agent.refunds.keys import requests_prefix
 from support_agent.store.dynamo import DynamoDBClient, from_item, to_item, to_values
 from support_agent.store.records import Record
 
-REFUNDABLE_STATUSES = ("DELIVERED", "SHIPPED")
-
 
 @dataclass(frozen=True, kw_only=True)
 class Order(Record):
     """An order (``ORDER#<id>``). Its money moves only by the conditional updates of refunds/requests.py,
-    the refund ledger (refunds/ledger.py) and store/approvals.py: ``available + reserved + refunded = total``."""
+    the refund ledger (refunds/ledger.py) and store/approvals.py: ``available + reserved + refunded = total``.
+    Its status and address move only by a confirmed action (actions/cancel.py, actions/address.py): a cancelled
+    order names the proposal that cancelled it (``cancelled_by``), which alone may refund it."""
 
     KIND: ClassVar[str] = "order"
 
@@ -36,6 +36,9 @@ class Order(Record):
     note: str = ""
     payment_intent: str = ""  # the card payment a refund goes back to (none: not refundable at a provider)
     sk: str = ""
+    # Where it ships: name, line1, line2, city, region, postal_code, country (actions/address.py's model).
+    shipping_address: dict[str, Any] | None = None
+    cancelled_by: str | None = None  # the proposal that cancelled it (actions/cancel.py)
 
 
 def order_key(customer_id: int, order_id: int) -> dict[str, Any]:

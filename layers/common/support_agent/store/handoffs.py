@@ -77,8 +77,8 @@ class Handoff(StreamOwner):
         self, action: str, actor: str, outcome: str, now: str, input: Any, request_id: str | None = None
     ) -> AuditRecord:
         """A row of this ticket's own stream (``handoff#<id>``). With ``request_id``: the row of the tool call
-        that opened it, naming the tool and the call."""
-        opening = request_id is not None
+        that opened it, naming the tool and the call (none for a ticket a lead's decision opened)."""
+        opening = request_id is not None and not self.tool_use_id.startswith(DECISION_CALL)
         return AuditRecord(
             f"handoff#{self.handoff_id}",
             action,
@@ -110,6 +110,9 @@ class HandoffCall(Record):
     recorded_at: str
     entity: str = CALL_ENTITY
     conversation_id: str | None = None
+
+
+DECISION_CALL = "decision-"  # the "tool_use_id" of a ticket a decision opened: ``decision-<approval id>``
 
 
 def call_key(conversation_id: str, seq: int, tool_use_id: str) -> str:
@@ -266,6 +269,22 @@ class HandoffStore:
         except HandoffConflict as exc:
             return exc.current, False
         return replace(ticket, **write.head.attributes()), True
+
+    def open_for_decision(
+        self, approval_id: str, conversation_id: str | None, customer_id: int, reason: str, actor: str, now: str
+    ) -> Handoff:
+        """The ticket a lead's decision opens (a cancellation's refund rejected: approvals/decisions.py), once per
+        approval: its per-call record is keyed by the approval, so a repeated decision finds it, whatever became of
+        it; a ticket already open for the conversation is the answer. An MCP call's approval: its customer's."""
+        scope, call = conversation_id or "mcp", f"{DECISION_CALL}{approval_id}"
+        opened = self.opened_by(scope, 0, call)
+        if opened is not None:
+            existing = self.get(opened)
+            assert existing is not None
+            return existing
+        holder = None if conversation_id else f"mcp#{customer_id}"
+        ticket, _created = self.open(scope, 0, customer_id, reason, actor, call, approval_id, now, holder=holder)
+        return ticket
 
 
 def _opened(ticket: Handoff, request_id: str) -> AuditRecord:

@@ -1,6 +1,6 @@
 """Notifications: what writers other than the turn say about a conversation (its event feed's second source).
 
-A lead's decision, a refund settling, the turn sweep failing a turn: each is one item
+A lead's decision, a refund settling, the turn sweep failing a turn, a proposal made or decided: each is one item
 ``note#<conversation id>`` / ``seq`` = n (1, 2, …), numbered by a counter item of its own (``note#<conversation
 id>`` / 0), never the conversation's header, so a notification never cancels a running turn's transaction. The
 notification is written in the same transaction as the change it announces (the writer appends ``items`` to its
@@ -43,6 +43,11 @@ NoteType = Literal[
     "handoff.released",
     "handoff.closed",
     "handoff.returned_to_bot",
+    # an action waiting for the customer's Confirm or Decline (store/proposals.py)
+    "proposal.created",
+    "proposal.confirmed",
+    "proposal.declined",
+    "proposal.expired",
 ]
 ATTEMPTS = 8  # numbers lost to concurrent notifications before the writer gives up (and its own retry applies)
 
@@ -55,7 +60,9 @@ class Notification(Record):
     """One notification (the feed's stored event). ``data`` holds the event's own fields, camelCase as the feed
     shows them: ``approval.decided`` {approvalId, orderId, amountCents, status}; ``refund.settled`` {orderId,
     amountCents, status}; ``turn.failed`` {error: {code, message}} (statuses in the customers' vocabulary);
-    ``handoff.assigned`` {handoffId, by: the person's display name}; the other ``handoff.*`` {handoffId}."""
+    ``handoff.assigned`` {handoffId, by: the person's display name}; the other ``handoff.*`` {handoffId};
+    ``proposal.created`` {proposalId, action, orderId, summary, expiresAt, policyVersion}; ``proposal.confirmed``,
+    ``proposal.declined``, ``proposal.expired`` {proposalId, action, orderId, status, outcome, policyVersion}."""
 
     KIND: ClassVar[str] = "notification"
 

@@ -43,6 +43,7 @@ def order_view(order: Order) -> dict[str, Any]:
         "pending_refund_cents": order.reserved_cents,
         "refundable_cents": order.available_cents,
         "placed_at": order.placed_at,
+        "shipping_address": order.shipping_address,
         "note": order.note,
     }
 
