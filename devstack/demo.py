@@ -4,7 +4,10 @@ Prints each step the way a person would follow it: the chat turn with its tool c
 lead's approval and its outcome, and the refund the payment provider made (the simulated Stripe's
 ``re_…`` id unless STRIPE_API_BASE and STRIPE_API_KEY name a real one). Then a person takes over a
 conversation (``takeover``): Dana asks for a person, Riley (support staff) claims it and replies, Dana's
-answer is kept for Riley (no model call), Riley hands back, and the model answers again.
+answer is kept for Riley (no model call), Riley hands back, and the model answers again. Then an action the
+customer confirms (``actions``): Dana asks to cancel her unshipped order 1045, the model proposes it, her Confirm
+(the request her own token makes, never the model) cancels it and refunds it once at the simulated Stripe; she asks
+to change the address of 1043, which has shipped, and is told why not.
 """
 
 from __future__ import annotations
@@ -118,6 +121,67 @@ def handed_back(outcome: dict[str, Any]) -> bool:
     )
 
 
+CANCEL = "Please cancel my order 1045."
+NEW_ADDRESS = "Please change the address of order 1043 to Dana Whitfield, 5 Harbour Road, Leeds, LS1 4AB, GB"
+
+
+def _calls(turn: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [c for it in turn.get("trace") or [] for c in it["toolCalls"] if c["name"] == name]
+
+
+def actions(local: LocalStack, out: Any = print) -> dict[str, Any]:
+    """Propose → Confirm over HTTP, as the chat page's buttons make it (docs/API.md, proposals); then an action the
+    policy refuses (the address of a shipped order)."""
+    customer = local.tokens["customers"][0]
+    dana = {"Authorization": f"Bearer {customer['token']}"}
+    client = httpx.Client(base_url=local.url, timeout=60)
+    stripe = local.stripe.stripe if local.stripe is not None else None
+    refunds_before = len(stripe.refunds()) if stripe is not None else 0
+
+    def say(message: str, conversation_id: str | None) -> dict[str, Any]:
+        resp = client.post("/api/chat", json={"conversationId": conversation_id, "message": message}, headers=dana)
+        turn = resp.json()
+        out(f"customer {customer['customerId']}: {message!r} -> {resp.status_code} {_short(turn.get('reply'), 300)}")
+        return turn
+
+    asked = say(CANCEL, None)
+    cid = asked.get("conversationId")
+    proposed = [c["result"] for c in _calls(asked, "cancel_order") if isinstance(c["result"], dict)]
+    result: dict[str, Any] = {"proposed": proposed[0] if proposed else None, "confirmed": None, "again": None}
+    if not proposed or proposed[0].get("status") != "PROPOSED":
+        out(f"the model did not propose the cancellation: {_short(proposed, 300)}")
+        return {**result, "refunds": [], "address": {}}
+    out(f"proposed {proposed[0]['proposal_id']}: {proposed[0].get('summary')} (until {proposed[0].get('expires_at')})")
+    path = f"/api/conversations/{cid}/proposals/{proposed[0]['proposal_id']}/confirm"
+    for key in ("confirmed", "again"):  # the second confirm is answered with the first's outcome
+        resp = client.post(path, headers=dana)
+        result[key] = resp.json()
+        out(f"POST {path} -> {resp.status_code} {_short(result[key], 400)}")
+    made = stripe.refunds()[refunds_before:] if stripe is not None else []
+    for refund in made:
+        out(f"simulated Stripe holds {refund['id']}: {refund['amount']} {refund['currency']} ({refund['status']})")
+    address = say(NEW_ADDRESS, cid)
+    for call in _calls(address, "update_shipping_address"):
+        out(f"  update_shipping_address {_short(call['input'])} -> {_short(call['result'], 300)}")
+    return {**result, "refunds": made, "address": address, "stripe": stripe is not None}
+
+
+def acted(outcome: dict[str, Any]) -> bool:
+    """The cancellation confirmed and done (not refused), a second confirm answered alike, refunded once at the
+    simulated Stripe (when it runs), and the shipped order's address change refused with a reason."""
+    confirmed, again = outcome["confirmed"] or {}, outcome["again"] or {}
+    changed = _calls(outcome["address"], "update_shipping_address")
+    return (
+        confirmed.get("status") == "CONFIRMED"
+        and (confirmed.get("outcome") or {}).get("status") != "REFUSED"
+        and again.get("outcome") == confirmed.get("outcome")
+        and (not outcome.get("stripe") or len(outcome["refunds"]) == 1)
+        and bool(changed)
+        and all(c["isError"] for c in changed)
+        and "can't change" in str(outcome["address"].get("reply", ""))
+    )
+
+
 def succeeded(outcome: dict[str, Any], provider: str) -> bool:
     """The demo ends REFUNDED, and with a provider refund id unless refunds are ledger-only."""
     approval = outcome["approval"]
@@ -148,6 +212,10 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 "\nthe takeover did not keep the message for the person, or the model did not answer after", flush=True
             )
+        print("\nan action the customer confirms: cancel an unshipped order; then an address change refused:")
+        if not acted(actions(local)):
+            ok = False
+            print("\nthe cancellation was not confirmed and refunded once, or the address change was not refused")
     finally:
         local.stop()
     raise SystemExit(0 if ok else 1)

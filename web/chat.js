@@ -1,5 +1,6 @@
-/* The chat page: sign in as a customer, converse, see replies, usage, the tool-call trace and refunds; and a person
- * from support when the conversation was handed to one (their replies, who joined, when the assistant is back). */
+/* The chat page: sign in as a customer, converse, see replies, usage, the tool-call trace and refunds; a person from
+ * support when the conversation was handed to one (their replies, who joined, when the assistant is back); and the
+ * actions the assistant proposed (cancel an order, change its address), each with Confirm and Decline buttons. */
 (function () {
   "use strict";
   var SA = window.SA;
@@ -38,6 +39,7 @@
     shown: {}, // "role|createdAt|text" of messages on the page, and the hand-off news shown: never twice
     historyLastAt: "", // the newest message of the history: older hand-off news only sets the state
     sentForPerson: [], // messages this page sent to a person, not yet seen again in the feed
+    proposals: {}, // proposal id -> {p: its view (normalised), el: its card, timer: its expiry's}
   };
 
   // ---------------------------------------------------------------- sign in
@@ -191,8 +193,9 @@
     state.shown = {};
     state.historyLastAt = "";
     state.sentForPerson = [];
+    clearProposals();
     setHandoff(null);
-    SA.clear($("transcript")).appendChild(h("p", { class: "muted transcript-empty", id: "transcript-empty" }, "Ask about an order, an invoice or a refund."));
+    SA.clear($("transcript")).appendChild(h("p", { class: "muted transcript-empty", id: "transcript-empty" }, "Ask about an order, an invoice or a refund, or to cancel an order or change its address (you confirm with a button)."));
     SA.clear($("trace-panel")).appendChild(h("p", { id: "trace-empty", class: "muted" }, "No tool calls yet."));
     renderRefunds([]);
     SA.showError($("chat-error"), null);
@@ -220,6 +223,7 @@
         setConversationId(id);
         resetConversationView();
         renderHistory((r.data && r.data.messages) || []);
+        renderProposals((r.data && r.data.proposals) || [], true);
         renderRefunds((r.data && r.data.refunds) || []);
         state.probe = true; // whether a person has the conversation: the feed's hand-off news says
         follow(); // that, a refund pending, or a last turn without an answer (it may still run)
@@ -530,7 +534,9 @@
     var seq = state.loadSeq;
     return SA.api("/api/conversations/" + encodeURIComponent(id), { token: state.token }).then(
       function (r) {
-        if (id === state.conversationId && seq === state.loadSeq) renderRefunds((r.data && r.data.refunds) || []);
+        if (id !== state.conversationId || seq !== state.loadSeq) return;
+        renderRefunds((r.data && r.data.refunds) || []);
+        renderProposals((r.data && r.data.proposals) || [], false);
       },
       function (err) {
         if (err.status === 401) handleError(err, $("chat-error"));
@@ -611,6 +617,180 @@
     state.refundKnown[key] = e.status;
     refreshRefundsSoon();
     scrollTranscript();
+  }
+
+  // -------------------------------------------------------------- proposals
+  //
+  // Cancelling an order or changing its address is proposed by the assistant (the tool answers PROPOSED) and decided
+  // only by the customer's own request: POST /api/conversations/{id}/proposals/{pid}/confirm or /decline, with this
+  // page's token. A card shows each: the summary, until when, the buttons while it waits; it is updated from the
+  // answer, from the feed's proposal.* events and from the conversation view. Typing "yes" in the chat decides
+  // nothing. A proposal past its expiry shows as expired (the server answers 409 to a late click).
+
+  var PROPOSAL_RANK = { PROPOSED: 0, CONFIRMING: 1, CONFIRMED: 2, DECLINED: 2, EXPIRED: 2 };
+  var PROPOSAL_LABEL = { PROPOSED: "waiting for you", CONFIRMING: "in progress", CONFIRMED: "confirmed", DECLINED: "declined", EXPIRED: "expired" };
+  var PROPOSAL_EVENT_STATUS = { "proposal.created": "PROPOSED", "proposal.confirmed": "CONFIRMED", "proposal.declined": "DECLINED", "proposal.expired": "EXPIRED" };
+
+  function clearProposals() {
+    Object.keys(state.proposals).forEach(function (id) {
+      if (state.proposals[id].timer) clearTimeout(state.proposals[id].timer);
+    });
+    state.proposals = {};
+  }
+
+  /** One shape for a proposal from a tool result (snake_case), the feed or a view (camelCase). */
+  function normProposal(src) {
+    var pick = function (camel, snake) {
+      return src[camel] !== undefined ? src[camel] : src[snake];
+    };
+    return {
+      id: pick("proposalId", "proposal_id"),
+      action: pick("action", "action"),
+      orderId: pick("orderId", "order_id"),
+      summary: pick("summary", "summary"),
+      status: src.status,
+      createdAt: pick("createdAt", "created_at"),
+      expiresAt: pick("expiresAt", "expires_at"),
+      outcome: src.outcome,
+    };
+  }
+
+  function proposalExpired(p) {
+    var at = p.expiresAt ? Date.parse(p.expiresAt) : NaN;
+    return p.status === "EXPIRED" || (p.status === "PROPOSED" && isFinite(at) && at <= Date.now());
+  }
+
+  /** What came of it, in words: the outcome's own message, why it was refused, or the refund it made. */
+  function outcomeText(p) {
+    var o = p.outcome && typeof p.outcome === "object" ? p.outcome : {};
+    if (p.status === "DECLINED") return "You declined: nothing was changed.";
+    if (proposalExpired(p)) return "This expired before you confirmed it: nothing was changed. Ask again if you still want it.";
+    if (p.status === "CONFIRMING") return "Confirmed — being carried out…";
+    if (p.status !== "CONFIRMED") return null;
+    if (o.status === "REFUSED") return "Not done: " + (o.error || "it is no longer allowed") + ".";
+    var text = o.message || "Done: " + (p.summary || "the change was made") + ".";
+    var refund = o.refund && typeof o.refund === "object" ? o.refund : null;
+    if (refund) {
+      var amount = refund.amount_cents !== undefined ? refund.amount_cents : refund.amountCents;
+      var status = refund.status ? " (" + String(refund.status).toLowerCase().replace(/_/g, " ") + ")" : "";
+      if (amount !== undefined) text += " Refund of " + refundAmount(amount, p.orderId, null) + status + ".";
+      state.refundsPending = state.refundsPending || !!PENDING_REFUND[refund.status];
+    }
+    return text;
+  }
+
+  function proposalCard(p) {
+    var expired = proposalExpired(p);
+    var status = expired ? "EXPIRED" : p.status;
+    var waiting = status === "PROPOSED";
+    var outcome = outcomeText(p);
+    var buttons = null;
+    if (waiting) {
+      buttons = h(
+        "div",
+        { class: "button-row proposal-buttons" },
+        h("button", { type: "button", class: "proposal-confirm", onclick: function () { decideProposal(p.id, "confirm"); } }, "Confirm"),
+        h("button", { type: "button", class: "secondary proposal-decline", onclick: function () { decideProposal(p.id, "decline"); } }, "Decline")
+      );
+    }
+    return h(
+      "article",
+      { class: "message system proposal-card", "data-proposal-id": p.id, "data-action": p.action || null, "data-status": status, "aria-label": "Action to confirm" },
+      h(
+        "div",
+        { class: "message-head" },
+        h("span", { class: "who" }, waiting ? "Please confirm" : "Your decision"),
+        h("span", { class: "status proposal-status status-" + String(status || "").toLowerCase() }, PROPOSAL_LABEL[status] || status || "?")
+      ),
+      h("p", { class: "message-text proposal-summary" }, p.summary || "An action on your order"),
+      waiting && p.expiresAt ? h("p", { class: "muted proposal-expiry" }, "Confirm by ", h("time", { datetime: p.expiresAt }, SA.time(p.expiresAt)), ". Nothing changes unless you press Confirm.") : null,
+      outcome ? h("p", { class: "proposal-outcome" }, outcome) : null,
+      buttons,
+      h("p", { class: "proposal-error error", hidden: true, role: "alert" })
+    );
+  }
+
+  /** Shows `src` (any of its shapes) in its card: made once, placed at the end (or, `byTime`, where its time
+   * falls in the history), then only moved forward (a late "created" never undoes a decision). */
+  function upsertProposal(src, byTime) {
+    var p = normProposal(src || {});
+    if (!p.id) return;
+    var known = state.proposals[p.id];
+    if (known) {
+      if ((PROPOSAL_RANK[p.status] || 0) < (PROPOSAL_RANK[known.p.status] || 0)) return;
+      var merged = {};
+      Object.keys(known.p).forEach(function (k) {
+        merged[k] = p[k] !== undefined && p[k] !== null ? p[k] : known.p[k];
+      });
+      p = merged;
+    }
+    var el = proposalCard(p);
+    if (known && known.el.parentNode) known.el.parentNode.replaceChild(el, known.el);
+    else placeProposal(el, byTime ? p.createdAt : null);
+    if (known && known.timer) clearTimeout(known.timer);
+    var entry = { p: p, el: el, timer: null };
+    var left = p.status === "PROPOSED" && p.expiresAt ? Date.parse(p.expiresAt) - Date.now() : NaN;
+    if (isFinite(left) && left > 0) {
+      entry.timer = setTimeout(function () {
+        if (state.proposals[p.id] === entry) upsertProposal({ proposalId: p.id, status: "PROPOSED" }, false);
+      }, Math.min(left + 500, 2147483647));
+    }
+    state.proposals[p.id] = entry;
+  }
+
+  function placeProposal(el, at) {
+    removeEmpty();
+    var box = $("transcript");
+    if (at) {
+      var later = Array.prototype.filter.call(box.children, function (child) {
+        var t = child.querySelector(".message-head time");
+        return t && t.getAttribute("datetime") > at;
+      })[0];
+      if (later) return box.insertBefore(el, later);
+    }
+    box.appendChild(el);
+    scrollTranscript();
+  }
+
+  function renderProposals(list, byTime) {
+    list.forEach(function (p) {
+      upsertProposal(p, byTime);
+    });
+  }
+
+  function proposalNews(e) {
+    var status = PROPOSAL_EVENT_STATUS[e.type];
+    if (!status) return;
+    upsertProposal(Object.assign({}, e, { status: status, outcome: e.type === "proposal.created" ? undefined : e.outcome }), false);
+  }
+
+  /** The customer's Confirm or Decline: the card shows the answer (a 409: it expired). */
+  function decideProposal(id, verb) {
+    var entry = state.proposals[id];
+    if (!entry || !state.conversationId || !state.token) return;
+    entry.el.querySelectorAll(".proposal-buttons button").forEach(function (b) {
+      b.disabled = true;
+    });
+    var path = "/api/conversations/" + encodeURIComponent(state.conversationId) + "/proposals/" + encodeURIComponent(id) + "/" + verb;
+    SA.api(path, { method: "POST", token: state.token }).then(
+      function (r) {
+        upsertProposal(r.data || {}, false);
+        refreshRefundsSoon(); // a cancellation may have refunded
+        if (state.refundsPending) follow();
+      },
+      function (err) {
+        if (err.status === 401) return handleError(err, $("chat-error"));
+        if (err.status === 409) return upsertProposal({ proposalId: id, status: "EXPIRED" }, false);
+        var now = state.proposals[id];
+        if (!now) return;
+        now.el.querySelectorAll(".proposal-buttons button").forEach(function (b) {
+          b.disabled = false;
+        });
+        var box = now.el.querySelector(".proposal-error");
+        box.textContent = "Could not " + verb + " (" + (err.code || "error") + (err.message ? ": " + err.message : "") + ").";
+        box.hidden = false;
+      }
+    );
   }
 
   // ------------------------------------------------------ a person from support
@@ -902,6 +1082,7 @@
     });
     events.forEach(function (e) {
       if (e.type === "approval.decided" || e.type === "refund.settled") news[refundKey(e)] = e;
+      else if (/^proposal\./.test(e.type)) proposalNews(e);
       else if (/^handoff\./.test(e.type)) handoffNews(e, !!state.historyLastAt && e.at <= state.historyLastAt);
       else if (!e.turnId || !ended[e.turnId] || state.live[e.turnId] || isAwaited(e.turnId) || e.turnId === tailTurn) applyEvent(e);
     });
@@ -912,6 +1093,7 @@
   }
 
   function applyEvent(e) {
+    if (/^proposal\./.test(e.type)) return proposalNews(e);
     if (e.type === "approval.decided" || e.type === "refund.settled") return refundNews(e);
     if (/^handoff\./.test(e.type)) return handoffNews(e, false);
     if (e.type === "message" && e.role === "person") return personMessage(e);
@@ -1053,6 +1235,7 @@
    * order's currency. */
   function noteResult(result, isError) {
     if (isError || !result || typeof result !== "object") return;
+    if (result.status === "PROPOSED" && result.proposal_id) upsertProposal(result, false);
     if (PENDING_REFUND[result.status]) state.refundsPending = true;
     if (result.order_id !== undefined && result.currency) state.orderCurrency[result.order_id] = result.currency;
   }
@@ -1121,15 +1304,15 @@
     var t = data.turnId ? state.live[data.turnId] : null;
     if (data.turnId) state.answered[data.turnId] = true;
     if (t && t.ended) return; // the feed showed its end already
-    (data.trace || []).forEach(function (it) {
-      (it.toolCalls || []).forEach(function (c) {
-        noteResult(c.result, c.isError);
-      });
-    });
     var n = t ? t.n : ++state.turn;
     var el = replyElement(data, n, false);
     if (t) settleLive(t, el);
     else appendReply(data, n, false);
+    (data.trace || []).forEach(function (it) {
+      (it.toolCalls || []).forEach(function (c) {
+        noteResult(c.result, c.isError); // a proposal's card goes after the reply that asks to confirm it
+      });
+    });
     if (data.trace) placeTrace(t ? t.traceEl : null, traceSection(n, userText, data.trace, false));
     scrollTranscript();
   }

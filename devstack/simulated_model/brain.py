@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from devstack.simulated_model import actions
 from devstack.simulated_model.reading import Done, Intent, clip, read_conversation, understand
 from devstack.simulated_model.wire import Json
 
@@ -40,15 +41,20 @@ def _tracked(done: list[Done], name: str, number: str) -> Done | None:
     return next((d for d in reversed(done) if d.name == name and d.input.get("tracking_number") == number), None)
 
 
-def plan(intent: Intent, done: list[Done], tracker: str | None = None) -> list[Call]:
+def plan(
+    intent: Intent, done: list[Done], tracker: str | None = None, schemas: dict[str, Json] | None = None
+) -> list[Call]:
     """The tool calls still wanted whose prerequisites are met (empty: time to answer); ``tracker``: the
-    offered ``<server>__track_parcel``, called for each tracking number of a parcel question."""
+    offered ``<server>__track_parcel``, called for each tracking number of a parcel question; ``schemas``: the
+    offered tools' input schemas (an action's input is built to its schema: actions.py)."""
     if intent.refusal:
         return []
     if intent.human:
         if any(d.name == "escalate_to_human" for d in done):
             return []
         return [Call("escalate_to_human", {"reason": clip(f"Customer asked for a person: {intent.text}", 500)})]
+    if intent.cancel or intent.address_change:
+        return [Call(name, given) for name, given in actions.calls(intent, done, schemas or {})]
     calls: list[Call] = []
     if tracker is not None:
         for number in intent.tracking_numbers:
@@ -237,6 +243,8 @@ def _done_sentence(d: Done, intent: Intent) -> str:
         return f"I couldn't look up order {order}: {error}."
     if d.name == "request_refund":
         return _refund_sentence(d)
+    if d.name in (actions.CANCEL, actions.ADDRESS):
+        return actions.sentence(d)
     if d.name == "list_invoices":
         return _invoice_sentence(d, intent)
     if d.name == "escalate_to_human":
@@ -264,6 +272,8 @@ def answer(intent: Intent, done: list[Done], unfinished: bool) -> str:
                 sentences.append(f"There is nothing left to refund on order {order}.")
     if unfinished:
         sentences.append(UNFINISHED)
+    if not sentences and actions.missing(intent):
+        sentences.append(str(actions.missing(intent)))
     if not sentences:
         if intent.refund and not intent.orders:
             sentences.append(ASK_REFUND_ORDER)
@@ -290,6 +300,8 @@ def _preface(calls: list[Call]) -> str:
         elif call.name == "list_invoices":
             order = call.input.get("order_id")
             said.append(f"Let me check the invoices for order {order}." if order else "Let me check your invoices.")
+        elif call.name in (actions.CANCEL, actions.ADDRESS):
+            said.append(actions.preface(call.name, call.input))
         elif call.name == "escalate_to_human":
             said.append("I'll hand this over to a support teammate.")
         elif call.name.endswith(TRACKER_SUFFIX):
@@ -301,10 +313,15 @@ def decide(body: Json) -> tuple[str, list[Call]]:
     """What the model says and which tools it calls, from the request alone."""
     conv = read_conversation([m for m in body["messages"] if isinstance(m, dict)])
     offered = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    schemas = {
+        str(t.get("name")): t.get("input_schema") or {}
+        for t in body.get("tools") or []
+        if isinstance(t, dict) and isinstance(t.get("input_schema") or {}, dict)
+    }
     tracker = next((n for n in sorted(offered, key=str) if isinstance(n, str) and n.endswith(TRACKER_SUFFIX)), None)
     intent = understand(conv, tracker=tracker is not None)
     choice = body.get("tool_choice") or {}
-    wanted = plan(intent, conv.done, tracker)
+    wanted = plan(intent, conv.done, tracker, schemas)
     if choice.get("type") == "none":
         allowed: list[Call] = []
     else:

@@ -77,8 +77,14 @@ def _blocks(message: Json) -> list[Json]:
     return [b for b in content or [] if isinstance(b, dict)]
 
 
+# The system's notes to the model (agent/history.py NOTE_MARK: a customer's Confirm or Decline): in a user message,
+# but never the customer's words, so never read as what the customer asks.
+SYSTEM_NOTE = "(note from the system"
+
+
 def read_conversation(messages: list[Json]) -> Conversation:
-    """The newest user text, the user texts before it, and the tool calls answered since."""
+    """The newest user text, the user texts before it, and the tool calls answered since (a system note is no user
+    text)."""
     conv = Conversation()
     uses: dict[str, Json] = {}
     for message in messages:
@@ -87,6 +93,8 @@ def read_conversation(messages: list[Json]) -> Conversation:
             if message.get("role") == "assistant":
                 if kind == "tool_use":
                     uses[str(block.get("id"))] = block
+                continue
+            if kind == "text" and str(block.get("text", "")).strip().startswith(SYSTEM_NOTE):
                 continue
             if kind == "text" and str(block.get("text", "")).strip():
                 if conv.latest_text:
@@ -144,6 +152,10 @@ _HUMAN = re.compile(
     re.IGNORECASE,
 )
 _REFUND = re.compile(r"\brefund|money back|\breturn|\breimburse", re.IGNORECASE)
+_CANCEL = re.compile(r"\bcancel(?:\b|ling\b|l?ation\b)", re.IGNORECASE)  # not "why was it cancelled?"
+_ADDRESS_CHANGE = re.compile(r"\b(?:change|update|correct|fix|edit|new)\b[^.?!]*?\baddress\b", re.IGNORECASE)
+# "… address of order 1045 to 5 Harbour Road, Leeds, LS1 4AB, GB": what follows the first "to" after "address".
+_NEW_ADDRESS = re.compile(r"\baddress\b.*?\bto\b\s*:?\s*(?P<address>.+?)[\s.!?]*(?:please)?[\s.!?]*$", re.I | re.S)
 _INVOICE = re.compile(r"\binvoice|\bbilling|\bbill(?:s|ed)?\b|\bcharge|\breceipt", re.IGNORECASE)
 _ORDERISH = re.compile(
     r"\b(?:orders?|package|parcel|deliver|shipping|shipped|shipment|track|arriv|status|where)", re.IGNORECASE
@@ -172,6 +184,9 @@ class Intent:
     amount_cents: int | None = None
     parcel: bool = False  # asks where a parcel is, or to track one (read only when a tracker is offered)
     tracking_numbers: list[str] = field(default_factory=list)
+    cancel: bool = False  # asks to cancel an order (actions.py)
+    address_change: bool = False  # asks to change an order's shipping address
+    new_address: str | None = None  # the address it gives ("… to <address>")
 
 
 def _to_cents(match: re.Match[str]) -> int:
@@ -210,6 +225,22 @@ def tracking_numbers(text: str) -> list[str]:
     return found[:MAX_PARCELS]
 
 
+def _read_action(intent: Intent, text: str) -> None:
+    """An action asked for: to cancel (a cancellation refunds by itself: no refund call), or to change the address
+    (its order numbers read before the new address, whose digits are no order)."""
+    intent.address_change = bool(_ADDRESS_CHANGE.search(text))
+    intent.cancel = bool(_CANCEL.search(text)) and not intent.address_change
+    if intent.cancel:
+        intent.refund = False
+    if intent.address_change:
+        intent.refund = intent.invoice = False
+        found = _NEW_ADDRESS.search(text)
+        if found is not None and re.search(r"\d", found.group("address")):
+            intent.new_address = clip(found.group("address"), 300)
+            intent.orders = order_ids(text[: found.start("address")])
+            intent.amount_cents = None
+
+
 def understand(conv: Conversation, tracker: bool = False) -> Intent:
     """What the newest user text asks; ``tracker``: a carrier's track_parcel is offered, so parcel questions
     and tracking numbers are read too (without one, nothing here changes)."""
@@ -228,6 +259,7 @@ def understand(conv: Conversation, tracker: bool = False) -> Intent:
     amount = _AMOUNT.search(text)
     if amount is not None:
         intent.amount_cents = _to_cents(amount)
+    _read_action(intent, text)
     if tracker:
         intent.tracking_numbers = tracking_numbers(text)
         intent.parcel = bool(_PARCEL.search(text)) or bool(intent.tracking_numbers and intent.orderish)
@@ -237,7 +269,13 @@ def understand(conv: Conversation, tracker: bool = False) -> Intent:
     if (
         not intent.orders
         and not intent.tracking_numbers
-        and (intent.refund or intent.orderish or (intent.invoice and refers_back))
+        and (
+            intent.refund
+            or intent.cancel
+            or intent.address_change
+            or intent.orderish
+            or (intent.invoice and refers_back)
+        )
     ):
         # A follow-up ("refund it"): the order named most recently in an earlier user message.
         for earlier in reversed(conv.earlier_texts):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from devstack.demo import handed_back, run, takeover
+from devstack.demo import acted, actions, handed_back, run, takeover
 from devstack.local import LocalStack
 
 
@@ -61,3 +61,16 @@ def test_make_demo_takeover_a_person_answers_then_hands_back(local_stack: LocalS
     # the escalation's two calls (escalate_to_human, then its answer) and the lookup's two.
     assert model.requests - before == 4, (model.requests - before, printed)
     assert any("/claim (agent-1, Riley) -> 200" in line for line in printed), printed
+
+
+def test_make_demo_actions_cancel_is_confirmed_and_refunded_once_the_shipped_address_refused(
+    local_stack: LocalStack,
+) -> None:
+    printed: list[str] = []
+    outcome = actions(local_stack, printed.append)
+    assert acted(outcome), printed
+    assert outcome["proposed"]["status"] == "PROPOSED" and outcome["confirmed"]["status"] == "CONFIRMED"
+    assert outcome["again"]["decidedAt"] == outcome["confirmed"]["decidedAt"]  # the first decision, answered again
+    assert [r["amount"] for r in outcome["refunds"]] == [3200], printed  # order 1045's total, refunded once
+    assert "SHIPPED" in outcome["address"]["reply"], outcome["address"]["reply"]
+    assert any(line.startswith("proposed prp_") for line in printed), printed

@@ -5,14 +5,21 @@ The stored history is append-only and always a valid Messages API sequence once 
 atomic per step, so the only gap a crash can leave is an assistant message whose tool calls have
 no results yet: `unanswered_tool_uses` finds it. `RequestHistory` keeps a turn's request merged as
 messages arrive.
+
+A decision the customer made outside the chat (Confirm or Decline of a proposed action, api/chat_routes.py) reaches
+the model as a `Note`: text from the system, never the customer's words, placed in the first user message after the
+point it was decided (`with_notes`), rebuilt the same way every turn so the cached prefix stays put.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from support_agent.agent import budget
+from support_agent.agent.untrusted import unfence
 from support_agent.messages import Block, Message
 from support_agent.store.conversations import StoredMessage
 
@@ -26,6 +33,87 @@ def for_model(message: StoredMessage) -> Message:
     text = "".join(str(b.get("text", "")) for b in message.content if b.get("type") == "text")
     mark = f"(support teammate {message.author_name or message.author or 'unnamed'} wrote:)"
     return {"role": "assistant", "content": [{"type": "text", "text": f"{mark} {text}"}]}
+
+
+NOTE_MARK = "(note from the system, not the customer:"  # agent/prompt.py tells the model what it means
+NOTE_OUTCOME_CHARS = 1000  # an outcome longer than this is cut: the note is a summary, the audit has the rest
+
+
+@dataclass(frozen=True)
+class Note:
+    """System text for the model: goes into the first user message stored after message ``after_seq``."""
+
+    after_seq: int
+    text: str
+
+
+def _data(value: Any, limit: int) -> str:
+    """``value`` as one line of JSON in which nothing looks like a tag (as a fence's payload), at most ``limit``."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e")
+    return text if len(text) <= limit else text[:limit] + "…(cut)"
+
+
+def decision_notes(proposals: Iterable[Any]) -> list[Note]:
+    """One note per decided proposal (actions/proposals.py `Proposal`, with its ``after_seq``): what the customer
+    decided and what came of it. A proposal not decided yet has none: the model must not learn of a decision
+    that was not made."""
+    notes = []
+    for p in proposals:
+        if p.after_seq is None or p.status == "PROPOSED":
+            continue
+        what = f"proposal {p.proposal_id} ({_data(p.summary, 300)})"
+        if p.status == "EXPIRED":
+            said = f"{what} EXPIRED without the customer's confirmation; nothing was done"
+        elif p.status == "DECLINED":
+            said = f"the customer DECLINED {what}; nothing was done"
+        elif p.status == "CONFIRMING":
+            said = f"the customer CONFIRMED {what}; outcome: not known yet (still being carried out)"
+        else:
+            said = f"the customer CONFIRMED {what}; outcome: {_data(p.outcome, NOTE_OUTCOME_CHARS)}"
+        notes.append(Note(int(p.after_seq), f"{NOTE_MARK} {said})"))
+    return notes
+
+
+def proposed_in(history: Iterable[StoredMessage]) -> bool:
+    """Whether a tool result of this conversation proposed an action (``status`` PROPOSED): only then can the
+    customer have decided one, so only then are the decisions read (a conversation without one costs no read)."""
+    for stored in history:
+        message = stored.as_message()
+        if message["role"] != "user":
+            continue
+        for block in blocks(message):
+            if block.get("type") == "tool_result" and "PROPOSED" in str(block.get("content", "")):
+                payload = unfence(block.get("content"))
+                if isinstance(payload, dict) and payload.get("status") == "PROPOSED":
+                    return True
+    return False
+
+
+def _with_text(message: Message, texts: list[str]) -> Message:
+    """``message`` with ``texts`` as text blocks after its tool results (which must come first) and before the rest."""
+    content = blocks(message)
+    results = [b for b in content if b.get("type") == "tool_result"]
+    rest = [b for b in content if b.get("type") != "tool_result"]
+    return {"role": message["role"], "content": [*results, *({"type": "text", "text": t} for t in texts), *rest]}
+
+
+def with_notes(history: Sequence[StoredMessage], notes: Sequence[Note]) -> tuple[list[Message], Message | None]:
+    """The history as the model's request carries it (`for_model`), each note in the first user message stored
+    after its ``after_seq``; and a user message of the notes no stored message follows yet (None: no such note),
+    which the caller adds after any repair so that the customer's new message joins it."""
+    waiting = sorted(notes, key=lambda n: n.after_seq)
+    out: list[Message] = []
+    for stored in history:
+        message = for_model(stored)
+        due = [n.text for n in waiting if n.after_seq < stored.seq] if message["role"] == "user" else []
+        if due:
+            waiting = waiting[len(due) :]
+            message = _with_text(message, due)
+        out.append(message)
+    if not waiting:
+        return out, None
+    return out, {"role": "user", "content": [{"type": "text", "text": n.text} for n in waiting]}
 
 
 def blocks(message: Message) -> list[Block]:

@@ -1,4 +1,4 @@
-"""Customer routes: a chat turn and the customer's own conversations.
+"""Customer routes: a chat turn, the customer's own conversations, and their Confirm or Decline of a proposed action.
 
 A turn's route keeps only HTTP (the body, the token, the Idempotency-Key and Prefer headers, the status and the
 body of the answer); its lifecycle, claim to end, is agent/lifecycle.py's, as the worker's is.
@@ -19,8 +19,9 @@ from support_agent.agent.lifecycle import Answered, Ask, Kept, Running, TurnLife
 from support_agent.api import pagination
 from support_agent.api.http import json_response
 from support_agent.api.route_docs import json_body, responses
-from support_agent.api.views import conversation_summary, conversation_view, turn_view
+from support_agent.api.views import conversation_summary, conversation_view, proposal_view, turn_view
 from support_agent.auth import require_customer
+from support_agent.clock import utc_now
 from support_agent.errors import InvalidRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.messages import NOT_BLANK, Deadline
@@ -202,7 +203,9 @@ def get_conversation(conversation_id: str) -> dict[str, Any]:
     refunds = [
         _refund_summary(services, row) for row in services.customer_data.refund_requests(customer_id, conversation_id)
     ]
-    return conversation_view(header, messages, refunds, tools=services.settings.transparency == "verbose")
+    verbose, now = services.settings.transparency == "verbose", utc_now()
+    proposals = [proposal_view(p, now, tools=verbose) for p in services.proposals.list(customer_id, conversation_id)]
+    return conversation_view(header, messages, refunds, tools=verbose, proposals=proposals)
 
 
 def _refund_summary(services: ChatServices, row: dict[str, Any]) -> dict[str, Any]:
@@ -223,6 +226,51 @@ def _refund_summary(services: ChatServices, row: dict[str, Any]) -> dict[str, An
         "currency": row.get("currency"),
         "status": customer_status(status),
     }
+
+
+DECIDE = (
+    "The customer's own decision on an action the assistant proposed (docs/API.md, proposals): only this request, "
+    "with the customer's token, carries one out; no tool can. Answered with the proposal as it now is; a decided "
+    "proposal is answered with its recorded outcome (a second confirm returns the first, nothing runs twice). 404: "
+    "unknown, or not the caller's conversation; 409 `conflict`: it expired. Counted against TURNS_PER_MINUTE, as a "
+    "message is (429 `rate_limited`)."
+)
+
+
+def _decision(verb: str, summary: str, more: str) -> Callable[[_Route], _Route]:
+    return router.post(
+        f"/api/conversations/<conversation_id>/proposals/<proposal_id>/{verb}",
+        summary=summary,
+        description=f"{DECIDE} {more}",
+        responses=responses("ProposalView", 401, 403, 404, 409, 429),
+        tags=["customer"],
+    )
+
+
+@_decision("confirm", "Confirm an action proposed to me", "Confirming checks it again under the current policy.")
+def confirm_proposal(conversation_id: str, proposal_id: str) -> dict[str, Any]:
+    return _decide("confirm", conversation_id, proposal_id)
+
+
+@_decision("decline", "Decline an action proposed to me", "Declining changes nothing.")
+def decline_proposal(conversation_id: str, proposal_id: str) -> dict[str, Any]:
+    return _decide("decline", conversation_id, proposal_id)
+
+
+def _decide(verb: str, conversation_id: str, proposal_id: str) -> dict[str, Any]:
+    """The customer's Confirm or Decline, through the proposals desk: the caller must own the conversation (another
+    customer's reads as unknown), and the desk checks the proposal is of it and theirs."""
+    services = chat_services()
+    principal = _principal()
+    customer_id = require_customer(principal)
+    services.limiter.take(customer_id)
+    header = services.conversations.get_header(conversation_id) if CONVERSATION_ID.match(conversation_id) else None
+    if header is None or header.customer_id != customer_id:
+        raise NotFound("proposal not found")
+    desk, now = services.proposals, utc_now()
+    decide = desk.confirm if verb == "confirm" else desk.decline
+    proposal = decide(principal, conversation_id, proposal_id, now)  # ProposalNotFound: 404, ProposalExpired: 409
+    return proposal_view(proposal, now, tools=services.settings.transparency == "verbose")
 
 
 @router.get("/api/health", summary="Liveness", responses=responses("Health"), tags=["public"])

@@ -17,6 +17,9 @@ from support_agent.refunds.vocabulary import CustomerRefundStatus, LedgerStatus
 from support_agent.store import approvals
 from support_agent.store.approvals import ApprovalStatus
 
+# A proposal's states (the core's `Proposal.status`, actions/proposals.py): the customer's word for them too.
+ProposalStatus = Literal["PROPOSED", "CONFIRMING", "CONFIRMED", "DECLINED", "EXPIRED"]
+
 
 def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
@@ -143,6 +146,10 @@ class FeedEvent(_Shape):
         "handoff.released",
         "handoff.closed",
         "handoff.returned_to_bot",
+        "proposal.created",
+        "proposal.confirmed",
+        "proposal.declined",
+        "proposal.expired",
     ]
     at: str = Field(..., description="When it was stored (ISO 8601, UTC)")
     turnId: str | None = Field(..., description="The turn it belongs to (none for a lead's decision or a refund)")
@@ -166,11 +173,21 @@ class FeedEvent(_Shape):
     cacheCreationInputTokens: int | None = Field(None, description="turn.completed")
     error: TurnError | None = Field(None, description="turn.failed")
     approvalId: str | None = Field(None, description="approval.decided")
-    orderId: int | None = Field(None, description="approval.decided, refund.settled")
+    orderId: int | None = Field(None, description="approval.decided, refund.settled, proposal.*")
     amountCents: int | None = Field(None, description="approval.decided, refund.settled")
-    status: CustomerRefundStatus | None = Field(None, description="approval.decided, refund.settled")
+    status: CustomerRefundStatus | ProposalStatus | None = Field(
+        None, description="approval.decided, refund.settled (the customers' word for a refund); proposal.*"
+    )
     handoffId: str | None = Field(None, description="handoff.*: the hand-off")
     by: str | None = Field(None, description="handoff.assigned: the display name of the person who answers now")
+    proposalId: str | None = Field(None, description="proposal.*: the proposal")
+    action: str | None = Field(None, description="proposal.*: the declared action (cancel_order, …)")
+    summary: str | None = Field(None, description="proposal.*: what it does, in the customer's words")
+    expiresAt: str | None = Field(None, description="proposal.*: until when the customer may confirm it")
+    policyVersion: int | None = Field(
+        None, description="proposal.created: the policy version it was proposed under; the others: the decision's"
+    )
+    outcome: Any = Field(None, description="proposal.confirmed, .declined, .expired: what came of it")
 
 
 class FeedPage(_Shape):
@@ -215,13 +232,40 @@ class RefundSummary(_Shape):
     status: CustomerRefundStatus | None = Field(..., description="The customers' vocabulary, not the approval's")
 
 
+class ProposalView(_Shape):
+    """An action proposed to the customer (cancel an order, change its address): only their own Confirm or Decline
+    (`POST …/proposals/{id}/confirm`, `/decline`, with their token) decides it, never the model."""
+
+    proposalId: str
+    conversationId: str
+    action: str = Field(..., description="The declared action: cancel_order, update_shipping_address, …")
+    orderId: int | None = Field(..., description="The order it acts on")
+    summary: str = Field(..., description="What confirming does, in the customer's words")
+    status: ProposalStatus = Field(
+        ...,
+        description="PROPOSED: waiting for the customer until expiresAt (shown EXPIRED after it); CONFIRMING: "
+        "confirmed, being carried out; CONFIRMED, DECLINED, EXPIRED: final",
+    )
+    createdAt: str
+    expiresAt: str
+    policyVersion: int = Field(..., description="The support policy's version it was proposed under")
+    decidedAt: str | None = Field(..., description="When the customer confirmed or declined it")
+    decidedPolicyVersion: int | None = Field(
+        ..., description="The policy version the decision applied (a confirmation checks the action again under it)"
+    )
+    outcome: Any = Field(..., description="What the action did once confirmed (or why it could not); else null")
+    input: Any = Field(None, description="The action's input (snake_case); only when TRANSPARENCY=verbose")
+
+
 class ConversationView(_Shape):
-    """A reader's view: text and (verbose only) tool calls, fences removed, with the refunds raised in it."""
+    """A reader's view: text and (verbose only) tool calls, fences removed, with the refunds raised in it and the
+    actions proposed in it."""
 
     conversationId: str
     createdAt: str
     messages: list[ConversationMessage]
     refunds: list[RefundSummary]
+    proposals: list[ProposalView]
 
 
 class Health(_Shape):
@@ -374,6 +418,8 @@ class AuditRecord(_Shape):
     approvalId: str | None
     handoffId: str | None = None
     refundKey: str | None = None
+    proposalId: str | None = Field(None, description="An action the customer confirms: its proposal's stream")
+    policyVersion: int | None = Field(None, description="The support policy's version the decision applied")
     customerId: int | None
     requestId: str | None
     createdAt: str | None

@@ -26,11 +26,17 @@ def _call(use: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
 
 
 def conversation_view(
-    header: Header, messages: list[StoredMessage], refunds: list[dict[str, Any]], *, tools: bool
+    header: Header,
+    messages: list[StoredMessage],
+    refunds: list[dict[str, Any]],
+    *,
+    tools: bool,
+    proposals: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The conversation as its owner reads it. ``tools`` (TRANSPARENCY=verbose) adds each message's tool calls
     with their name, input and result; quiet leaves them out (a call is QUIET_HIDES and isError), as the chat
-    answer leaves out its trace. The refunds stay either way: they are the customer's own money, not tool data."""
+    answer leaves out its trace. The refunds and the proposals (`proposal_view`) stay either way: they are the
+    customer's own money and decisions, not tool data."""
     results: dict[str, dict[str, Any]] = {}
     for m in messages:
         for b in m.content:
@@ -54,7 +60,34 @@ def conversation_view(
         "createdAt": header.created_at,
         "messages": out,
         "refunds": refunds,
+        "proposals": proposals or [],
     }
+
+
+def proposal_view(proposal: Any, now: str, *, tools: bool) -> dict[str, Any]:
+    """A proposal (actions/proposals.py `Proposal`) as its customer reads it. One still PROPOSED past its expiry
+    reads EXPIRED (no Confirm can take it any more; the core marks it so on the next touch). The action's input is
+    tool data: only with ``tools`` (TRANSPARENCY=verbose), as a tool call's is; the summary says what it does."""
+    status = proposal.status
+    if status == "PROPOSED" and proposal.expires_at < now:
+        status = "EXPIRED"
+    view: dict[str, Any] = {
+        "proposalId": proposal.proposal_id,
+        "conversationId": proposal.conversation_id,
+        "action": proposal.action,
+        "orderId": (proposal.input or {}).get("order_id"),
+        "summary": proposal.summary,
+        "status": status,
+        "createdAt": proposal.created_at,
+        "expiresAt": proposal.expires_at,
+        "policyVersion": proposal.policy_version,
+        "decidedAt": proposal.decided_at,
+        "decidedPolicyVersion": proposal.decided_policy_version,
+        "outcome": proposal.outcome,
+    }
+    if tools:
+        view["input"] = proposal.input
+    return view
 
 
 def conversation_summary(header: Header) -> dict[str, Any]:
