@@ -504,3 +504,27 @@ def test_over_mcp_actions_that_need_confirmation_are_not_offered(shop: Shop) -> 
         2, cancel_order=ActionRule(statuses=("PROCESSING",), needs_confirmation=False, approval_threshold_cents=5000)
     )
     assert "cancel_order" in [d["name"] for d in tool_definitions(services.registry, services.hidden())]
+
+
+def test_erasure_removes_what_a_proposal_would_have_changed(shop: Shop) -> None:
+    """A customer's erasure blanks their proposals' input (an address) and summary (it quotes it): the status,
+    the versions and the outcome stay, as the audit trail does (docs/RETENTION.md)."""
+    order_id = next(_orders)
+    put_order(shop.ddb, shop.env["CUSTOMER_DATA_TABLE"], 9, order_id, 1000, status="PROCESSING")
+    riley = shop.api.token("customer-9", "customer", 9)
+    shop.api.model.script = [
+        tools(tool_use("update_shipping_address", {"order_id": order_id, "address": NEW_ADDRESS})),
+        answer("Please confirm."),
+    ]
+    status, body, _ = shop.api.call("POST", "/api/chat", {"conversationId": None, "message": "move it"}, token=riley)
+    assert status == 200, body
+    cid = body["conversationId"]
+    (proposal,) = ProposalStore(shop.ddb, shop.env["CUSTOMER_DATA_TABLE"], "", "").list(9, cid)
+    assert "Birch" in proposal.summary and proposal.input["address"]["line1"] == "7 Birch Lane"
+
+    status, erased, _ = shop.api.call("POST", "/api/customers/9/erase", {}, token=shop.api.lead())
+    assert status == 200 and erased["complete"], erased
+    (after,) = ProposalStore(shop.ddb, shop.env["CUSTOMER_DATA_TABLE"], "", "").list(9, cid)
+    assert (after.input, after.summary, after.status) == ({}, "[erased]", "PROPOSED")
+    status, view, _ = shop.api.call("GET", f"/api/conversations/{cid}", token=riley)
+    assert status == 200 and "Birch" not in str(view), view

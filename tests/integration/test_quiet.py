@@ -95,3 +95,27 @@ def test_quiet_hides_the_same_tool_fields_from_the_view_and_the_feed(api: Api, f
         assert field not in _keys(body), (what, field, body)
         text = json.dumps(body)
         assert not [d for d in TOOL_DATA if d in text], (what, text)
+
+
+def test_quiet_shows_a_proposal_without_its_tool_data(api: Api) -> None:
+    """An address change proposed under quiet: the chat body has no trace, the view and the feed carry the proposal
+    (its kind and what will happen: what the customer confirms) but not the tool's input or result, and the old
+    address is nowhere a customer reads."""
+    new = {"name": "Dana W", "line1": "7 Birch Lane", "city": "Seattle", "postal_code": "98101", "country": "US"}
+    api.model.script = [
+        tools(tool_use("update_shipping_address", {"order_id": 1047, "address": new})),
+        answer("Please confirm the new address with the button."),
+    ]
+    status, turn, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "ship 1047 to Seattle"})
+    assert status == 200 and "trace" not in turn, turn
+    cid = turn["conversationId"]
+    status, view, _ = api.call("GET", f"/api/conversations/{cid}")
+    assert status == 200, view
+    (proposal,) = view["proposals"]
+    assert proposal["status"] == "PROPOSED" and "input" not in proposal, proposal
+    status, feed, _ = api.call("GET", f"/api/conversations/{cid}/events?waitSeconds=0")
+    assert status == 200 and "proposal.created" in [e["type"] for e in feed["events"]], feed
+    bodies = json.dumps([turn, view, feed])
+    assert "41 Alder Street" not in bodies, bodies
+    # What was asked of the tool stays out: only the proposal (its kind, what will happen) is shown to confirm.
+    assert not [e for e in feed["events"] if e["type"].startswith("tool.") and set(e) & {"input", "result", "name"}]

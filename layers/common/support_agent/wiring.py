@@ -332,7 +332,13 @@ def build_lead_services(
             SealReader(_lazy("s3"), settings.audit_seal_bucket) if settings.audit_seal_bucket else None,
         ),
         ConversationEraser(
-            ddb, settings.conversations_table, settings.audit_table, time.time, utc_now, settings.lease_seconds
+            ddb,
+            settings.conversations_table,
+            settings.audit_table,
+            time.time,
+            utc_now,
+            settings.lease_seconds,
+            customer_data_table=settings.customer_data_table,
         ),
         utc_now,
         payments=payments if payments is not None else lazy_provider(settings),

@@ -5,7 +5,8 @@ template test forbids it), the header's sequence and token totals stay true, and
 a valid Messages API sequence, so the customer can keep using the conversation. Text becomes
 ``[erased]``, tool inputs ``{}``, tool results ``[erased]``; block types, ids and order are kept,
 so every ``tool_use`` is still answered. Thinking blocks are dropped (their signatures would no
-longer match). Audit rows are never touched (the writing roles cannot).
+longer match). Audit rows are never touched (the writing roles cannot). A conversation's proposals lose their
+input and summary (an address they would have set), and its turn records and notifications their data.
 
 Each conversation is erased under its lease, taken through ``ConversationStore`` as a turn takes
 it, so a turn in progress is never erased underneath (``LeaseHeld``: it is skipped and reported;
@@ -34,6 +35,7 @@ from support_agent.store.audited_write import AuditedWrite
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as
 from support_agent.store.notifications import NotificationStore
+from support_agent.store.proposals import ProposalStore
 from support_agent.store.turns import TurnStore
 
 ERASED = "[erased]"
@@ -128,6 +130,8 @@ class ConversationEraser:
     clock: Callable[[], float]  # epoch seconds, for the lease
     now: Callable[[], str]  # the ISO time stamped on tombstones and audit rows
     lease_seconds: int = 40
+    # The CustomerData table, where a conversation's proposals are (their input and summary erased too); "": none.
+    customer_data_table: str = ""
     store: ConversationStore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -165,6 +169,7 @@ class ConversationEraser:
             notes = NotificationStore(self.client, self.conversations_table)
             for note in notes.of(conversation_id):
                 self.client.update_item(**notes.erasure_update(conversation_id, note.n, self.now()))
+            self._erase_proposals(customer_id, conversation_id)
             # The header loses its title (it quotes the first message) and is marked erased as the lease goes.
             self.store.release_lease(conversation_id, request.owner, erased_at=self.now())
             messages += count
@@ -187,6 +192,15 @@ class ConversationEraser:
         event_id = write.rows[0].event_id
         self.client.transact_write_items(TransactItems=items, ClientRequestToken=event_id)  # type: ignore[arg-type]
         return ErasureReport(customer_id, erased, messages, skipped, event_id)
+
+    def _erase_proposals(self, customer_id: int, conversation_id: str) -> None:
+        """A conversation's proposed actions lose what they would have changed (an address), still under the lease."""
+        if not self.customer_data_table:
+            return
+        proposals = ProposalStore(self.client, self.customer_data_table, self.audit_table, self.conversations_table)
+        for item in proposals.list(customer_id, conversation_id):
+            if item.summary != ERASED:
+                self.client.update_item(**proposals.erasure_update(item, ERASED, self.now()))
 
     def _chunk_items(
         self, conversation_id: str, request: _Request, chunk: list[tuple[int, list[Block]]], head: Head

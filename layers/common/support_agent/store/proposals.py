@@ -156,6 +156,17 @@ class ProposalStore:
                 return sorted(rows, key=lambda p: (p.created_at, p.proposal_id))
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
+    def erasure_update(self, item: ProposalItem, erased: str, erased_at: str) -> dict[str, Any]:
+        """The UpdateItem erasure makes of a proposal: what it would change (its input: an address; its summary,
+        which quotes it) goes; its status, times, versions and outcome (states and amounts, no address) stay."""
+        return {
+            "TableName": self.table,
+            "Key": to_values({"customer_id": item.customer_id, "sk": item.sk}),
+            "UpdateExpression": "SET #input = :empty, summary = :erased, erased_at = :now",
+            "ExpressionAttributeNames": {"#input": "input"},
+            "ExpressionAttributeValues": to_values({":empty": dumps({}), ":erased": erased, ":now": erased_at}),
+        }
+
     def create(self, proposal: ProposalItem, row: AuditRecord, fence: dict[str, Any] | None = None) -> ProposalItem:
         """Write a new proposal with its stream's first row and its ``proposal.created`` notification; with a turn's
         ``fence`` (its lease check) too. `ProposalExists` when the call wrote it before; `LeaseLost` on the fence."""
