@@ -163,7 +163,13 @@ def actions(local: LocalStack, out: Any = print) -> dict[str, Any]:
     address = say(NEW_ADDRESS, cid)
     for call in _calls(address, "update_shipping_address"):
         out(f"  update_shipping_address {_short(call['input'])} -> {_short(call['result'], 300)}")
-    return {**result, "refunds": made, "address": address, "stripe": stripe is not None}
+    # Every decision names the policy version it applied: the tool calls' rows and the proposal's own stream.
+    lead = {"Authorization": f"Bearer {local.tokens['leads'][0]['token']}"}
+    rows = client.get("/api/audit", params={"conversationId": cid}, headers=lead).json().get("records", [])
+    decisions = [r for r in rows if r.get("action") == "tool_call" or r.get("proposalId")]
+    versions = sorted({r.get("policyVersion") for r in decisions}, key=str)
+    out(f"audit: {len(decisions)} decision rows, policy versions {versions}")
+    return {**result, "refunds": made, "address": address, "stripe": stripe is not None, "decisions": decisions}
 
 
 def acted(outcome: dict[str, Any]) -> bool:

@@ -74,3 +74,8 @@ def test_make_demo_actions_cancel_is_confirmed_and_refunded_once_the_shipped_add
     assert [r["amount"] for r in outcome["refunds"]] == [3200], printed  # order 1045's total, refunded once
     assert "SHIPPED" in outcome["address"]["reply"], outcome["address"]["reply"]
     assert any(line.startswith("proposed prp_") for line in printed), printed
+    # Every row of a decision names the policy version it applied: the template's version 1 in SSM.
+    decisions = outcome["decisions"]
+    assert {r["action"] for r in decisions} >= {"tool_call", "proposal_confirmed"}, decisions
+    named = [(r["action"], r["tool"], r["policyVersion"]) for r in decisions]
+    assert {version for _, _, version in named} == {1}, named  # a refusal too: the policy said no

@@ -45,8 +45,8 @@ def action_tool(action: Action[Any], policy: PolicyReader, desk: ProposalDesk) -
                 raise ToolError(NOT_OVER_MCP)
             item = desk.propose(action, args, ctx, applied)
             return proposed_answer(item) if confirm else desk.run_at_once(item, ctx)
-        except Refused as refused:
-            raise ToolError(str(refused)) from None
+        except Refused as refused:  # the policy's answer too: the model reads why, the audit row which version said so
+            return {"error": str(refused), "policy_version": applied.version}
 
     def recorded(ctx: ToolContext) -> dict[str, Any] | None:
         prior = desk.recorded(ctx)
