@@ -441,6 +441,27 @@ def test_an_expired_proposal_cannot_be_confirmed(shop: Shop) -> None:
     assert [n["type"] for n in shop.notes(cid)].count("proposal.expired") == 1
 
 
+def test_a_proposal_left_past_its_expiry_is_expired_and_told_on_the_next_turn(shop: Shop) -> None:
+    """Nobody pressed anything: the next turn ends it EXPIRED (written, in the feed) and the model is told."""
+    order_id = shop.order()
+    cid, call = shop.propose("cancel_order", {"order_id": order_id, "reason": "x"})
+    pid = call["result"]["proposal_id"]
+    shop.ddb.update_item(  # its time ran out
+        TableName=shop.env["CUSTOMER_DATA_TABLE"],
+        Key=to_item({"customer_id": 7, "sk": f"PROPOSAL#{cid}#{pid}"}),
+        UpdateExpression="SET expires_at = :past",
+        ExpressionAttributeValues=to_values({":past": "2020-01-01T00:00:00.000Z"}),
+    )
+    shop.api.model.script = [answer("That proposal expired; shall I propose it again?")]
+    status, _, _ = shop.api.call("POST", "/api/chat", {"conversationId": cid, "message": "hello?"})
+    assert status == 200
+    assert [p.status for p in shop.desk().list(7, cid)] == ["EXPIRED"]
+    assert [n["type"] for n in shop.notes(cid)].count("proposal.expired") == 1
+    texts = [b.get("text", "") for b in shop.api.model.requests[-1].messages[-1]["content"]]
+    assert any(f"proposal {pid}" in t and "EXPIRED" in t for t in texts), texts
+    assert shop.get_order(order_id)["status"] == "PROCESSING" and shop.refunds(order_id) == []
+
+
 def test_the_model_saying_confirmed_does_nothing(shop: Shop) -> None:
     order_id = shop.order()
     cid, call = shop.propose("cancel_order", {"order_id": order_id, "reason": "x"})

@@ -273,7 +273,10 @@ def build_chat_services(
     conversations = ConversationStore(ddb, settings.conversations_table, settings.audit_table)
     kit = build_actions(settings, ddb, sqs, payments)
     tools = build_tool_source(settings, build_registry(settings, ddb, sqs, payments, kit), ddb)
-    agent = Agent(settings, llm, conversations, tools, decisions=kit.proposals.list)
+    # Each turn of a conversation with proposals: their decisions (overdue ones expired first), told to the model.
+    agent = Agent(
+        settings, llm, conversations, tools, decisions=lambda c, cid: kit.proposals.decisions(c, cid, utc_now())
+    )
     return ChatServices(
         settings,
         agent,

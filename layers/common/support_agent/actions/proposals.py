@@ -16,6 +16,7 @@ past ``expires_at`` and never decided is `ProposalExpired`; another customer's, 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -217,6 +218,17 @@ class ProposalDesk:
         return {**(decided.outcome or proposed_answer(decided)), "proposal_id": decided.proposal_id}
 
     # -- the customer's side (the routes) ------------------------------------------------------------------------
+
+    def decisions(self, customer_id: int, conversation_id: str, now: str) -> list[Proposal]:
+        """The conversation's proposals for its next turn, each one past its expiry and never decided first ended
+        EXPIRED (written and announced: the feed hears of it, the model is told, as of a decision)."""
+        items = self.store.list(customer_id, conversation_id)
+        for i, item in enumerate(items):
+            if item.status == "PROPOSED" and expired(item, now):
+                with contextlib.suppress(ProposalExpired, ProposalMoved):  # ended now, or decided meanwhile
+                    self._expire(item, now)
+                items[i] = self._reread(item)
+        return [Proposal.of(item) for item in items]
 
     def list(self, customer_id: int, conversation_id: str, now: str | None = None) -> list[Proposal]:
         return [Proposal.of(item, now) for item in self.store.list(customer_id, conversation_id)]
