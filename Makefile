@@ -138,6 +138,21 @@ build: $(SAM_STAMP)
 smoke: $(STAMP) $(SAM_STAMP)
 	$(VENV)/bin/pytest -q tests/smoke
 
+## make eval: the evaluation suite (docs/EVALUATION.md) against a local stack it starts: TASKS=ids or categories
+## (comma-separated; default all), K trials each (default 3), MODEL=simulated|anthropic|openai (default simulated);
+## writes evals/results/<timestamp>/ (results.json, report.md, report.html); exit 1 when a trial fails
+TASKS ?=
+K     ?= 3
+MODEL ?= simulated
+.PHONY: eval eval-live
+eval: $(STAMP)
+	$(PY) -m evals run $(if $(TASKS),--tasks '$(TASKS)') --k $(K) --model $(MODEL)
+
+## make eval-live: the same on a real model: MODEL from the environment, else the first configured of
+## ANTHROPIC_API_KEY, OPENAI_BASE_URL + OPENAI_API_KEY, BEDROCK_MODEL_ID; skipped (exit 0, with the reason) without one
+eval-live: $(STAMP)
+	env MODEL='$(MODEL)' $(PY) -m evals run $(if $(TASKS),--tasks '$(TASKS)') --k $(K) --model live
+
 ## make bench: cold starts, loop overhead, AWS calls, prompt cache and long conversations, side by side
 ## with the peer frameworks (installed into bench/.venv-peers, never .venv); writes docs/PERFORMANCE.md
 PEERS_VENV  := bench/.venv-peers
