@@ -26,8 +26,14 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from devstack.background_server import BackgroundServer, LocalHttpServer, serve_until_interrupted
+from devstack.simulated_model.faults import Faults
 from devstack.simulated_model.message import build_message, digest, encode_sse, stream_events
-from devstack.simulated_model.openai_facade import build_completion, check_openai_headers, parse_openai_body
+from devstack.simulated_model.openai_facade import (
+    OpenAIError,
+    build_completion,
+    check_openai_headers,
+    parse_openai_body,
+)
 from devstack.simulated_model.wire import ApiError, check_headers, parse_body
 
 log = logging.getLogger(__name__)
@@ -72,6 +78,7 @@ class SimulatedModel:
         self._lock = threading.Lock()
         self.delay_seconds = delay_seconds
         self.requests = 0  # POSTs answered (or refused): what a test counts to prove a call was not made
+        self.faults = Faults()  # armed by a test or an evaluation task (faults.py); none by default
 
     def post(self, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
         """The reply to ``POST path`` (without its query); a refusal in its API's error shape."""
@@ -83,11 +90,25 @@ class SimulatedModel:
                 raise ApiError(404, "not_found_error", f"Not found: POST {path}")
             if self.delay_seconds > 0:  # a slow model: each request's own thread waits
                 time.sleep(self.delay_seconds)
+            self._fault(endpoint, raw)
             if endpoint == "/v1/messages":
                 return self._message(headers, raw)
             return self._chat_completion(headers, raw)
         except ApiError as exc:
             return _error(exc)
+
+    def _fault(self, endpoint: str, raw: bytes) -> None:
+        """An armed fault (faults.py): a late answer, or an error in the endpoint's API shape."""
+        fault = self.faults.take(raw)
+        if fault is None:
+            return
+        if fault.delay_seconds > 0:
+            time.sleep(fault.delay_seconds)
+        error = fault.error()
+        if error is not None and endpoint == "/v1/chat/completions":
+            raise OpenAIError(error.status, error.message, error.error_type)
+        if error is not None:
+            raise error
 
     def _message(self, headers: Mapping[str, str], raw: bytes) -> Reply:
         check_headers(headers)
