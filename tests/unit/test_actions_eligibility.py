@@ -230,3 +230,25 @@ def test_the_proposed_answer_says_what_and_until_when() -> None:
         "expires_at": "2026-12-10T12:15:00.000Z",
         "policy_version": 4,
     }
+
+
+def test_an_unreadable_policy_decides_nothing() -> None:
+    """No version of the policy can be applied: the tool answers is_error (offer a person), nothing is called; the
+    routes answer the same error as 503 (the contract's policy_unavailable)."""
+    from support_agent.actions.cancel import Cancellation, cancel_action
+    from support_agent.auth import Principal
+    from support_agent.contract import status_and_code
+    from support_agent.errors import PolicyUnavailable
+    from support_agent.tools.actions import POLICY_UNAVAILABLE, action_tool
+    from support_agent.tools.registry import ToolContext, ToolRegistry
+
+    class Unreadable:
+        def current(self) -> AppliedPolicy:
+            raise PolicyUnavailable("no version of the support policy validates")
+
+    cancel = cancel_action(Cancellation(None, None, None))  # type: ignore[arg-type]
+    tool = action_tool(cancel, Unreadable(), None)  # type: ignore[arg-type]  # the desk is never reached
+    ctx = ToolContext(Principal("customer-7", "customer", 7), 7, "conv_x", 3, "toolu_1", "req", "2026-12-05T00:00:00Z")
+    out = ToolRegistry([tool]).execute("cancel_order", {"order_id": 1045, "reason": "x"}, ctx)
+    assert out.is_error and out.result == {"error": POLICY_UNAVAILABLE}
+    assert status_and_code(PolicyUnavailable("x")) == (503, "policy_unavailable")
