@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from support_agent.actions.declaration import Action, Call, Effect, not_found
 from support_agent.policy.model import AppliedPolicy
 from support_agent.refunds.decide import status_words
-from support_agent.store.customer_data import CustomerDataStore, Order, order_key
+from support_agent.store.customer_data import CustomerDataStore, Order, order_key, status_in
 from support_agent.store.dynamo import to_values
 from support_agent.store.proposals import ProposalItem
 
@@ -77,15 +77,14 @@ class AddressChange:
         if order is None:
             raise not_found(item.order_id)
         new = args.address.model_dump(mode="json", exclude_none=True)
-        statuses = tuple((item.terms or {}).get("statuses") or ("PROCESSING",))
-        names = {f":s{i}": s for i, s in enumerate(statuses)}
+        allowed, names = status_in(item.statuses)
         update = {
             "Update": {
                 "TableName": self.customer_data.table,
                 "Key": order_key(item.customer_id, item.order_id),
                 "UpdateExpression": "SET shipping_address = :address, address_changed_by = :pid, "
                 "address_changed_at = :now",
-                "ConditionExpression": f"#st IN ({', '.join(names)})",
+                "ConditionExpression": allowed,
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": to_values(
                     {**names, ":address": new, ":pid": item.proposal_id, ":now": call.now}
@@ -96,7 +95,7 @@ class AddressChange:
         return Effect(
             outcome,
             items=(update,),
-            refused=f"order {item.order_id} is no longer {status_words(statuses)}; its address was not changed",
+            refused=f"order {item.order_id} is no longer {status_words(item.statuses)}; its address was not changed",
             audit_input={"old_address": order.shipping_address, "new_address": new},
         )
 

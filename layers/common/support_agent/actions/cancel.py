@@ -27,7 +27,7 @@ from support_agent.actions.refund import money
 from support_agent.policy.model import AppliedPolicy
 from support_agent.refunds.decide import RefundDesk, RefundRefused, RefundTerms, status_words, streams_of
 from support_agent.store.audit import Streams
-from support_agent.store.customer_data import CustomerDataStore, Order, order_key
+from support_agent.store.customer_data import CustomerDataStore, Order, order_key, status_in
 from support_agent.store.dynamo import to_values
 from support_agent.store.proposals import ItemRefused, ProposalItem, ProposalStore
 
@@ -111,14 +111,13 @@ class Cancellation:
 
     def _cancel(self, item: ProposalItem, order: Order, call: Call) -> ProposalItem:
         """Step 1: the order CANCELLED and the amount to refund, with the proposal's step, in one transaction."""
-        statuses = tuple((item.terms or {}).get("statuses") or ("PROCESSING",))
-        names = {f":s{i}": s for i, s in enumerate(statuses)}
+        allowed, names = status_in(item.statuses)
         update = {
             "Update": {
                 "TableName": self.customer_data.table,
                 "Key": order_key(item.customer_id, item.order_id),
                 "UpdateExpression": "SET #st = :cancelled, cancelled_by = :pid, cancelled_at = :now",
-                "ConditionExpression": f"#st IN ({', '.join(names)}) AND reserved_cents = :zero"
+                "ConditionExpression": f"{allowed} AND reserved_cents = :zero"
                 " AND available_cents = :available AND attribute_not_exists(cancelled_by)",
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": to_values(

@@ -45,6 +45,13 @@ def order_key(customer_id: int, order_id: int) -> dict[str, Any]:
     return to_item({"customer_id": customer_id, "sk": f"ORDER#{order_id}"})
 
 
+def status_in(statuses: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """A condition that an order's status (``#st``) is still one of ``statuses``, and its values: what a confirmed
+    action's write is conditioned on (the proposal's terms, actions/)."""
+    values = {f":s{i}": s for i, s in enumerate(statuses)}
+    return f"#st IN ({', '.join(values)})", values
+
+
 def order_move(
     table: str, customer_id: int, order_id: int, amount_cents: int, expression: str, source: str = "reserved_cents"
 ) -> dict[str, Any]:

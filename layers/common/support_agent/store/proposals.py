@@ -79,6 +79,11 @@ class ProposalItem(StreamOwner):
     def owner_conversation_id(self) -> str:
         return "" if self.conversation_id == "mcp" else self.conversation_id
 
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        """The order statuses the policy allowed when the customer confirmed (its terms): what the execution checks."""
+        return tuple((self.terms or {}).get("statuses") or ("PROCESSING",))
+
     def row(self, action: str, actor: str, outcome: str, now: str, output: Any, **fields: Any) -> AuditRecord:
         """A row of this proposal's stream (``proposal#<id>``)."""
         return AuditRecord(
