@@ -31,6 +31,7 @@ from devstack.events import EventSources
 from devstack.functions import FunctionPool, pools_for
 from devstack.gateway import Gateway
 from devstack.lambda_bridge import bridged, invoked_by_state_machines
+from devstack.model_choice import REAL_SETTING, choose
 from devstack.parameters import dev_parameters, from_command_line
 from devstack.seed import DEMO_DATA, seed
 from devstack.simulated_model.server import SimulatedModelServer
@@ -46,7 +47,12 @@ STATE_DIR = REPO_ROOT / ".devstack"
 REGION = "us-east-1"
 STRIPE_REAL = "Stripe API at STRIPE_API_BASE (from the environment)"
 STRIPE_SIMULATED = "simulated Stripe on {url} (PAYMENT_PROVIDER={provider})"
-MODEL_SIMULATED = "SIMULATED (no ANTHROPIC_API_KEY): answers are generated locally, not by Claude"
+MODEL_SIMULATED = "SIMULATED (no {setting}): answers are generated locally, not by Claude ({provider}'s wire)"
+MODEL_REAL = {
+    "anthropic": "Anthropic Messages API",
+    "openai": "OpenAI-compatible endpoint",
+    "bedrock": "Amazon Bedrock",
+}
 
 
 @dataclass
@@ -59,6 +65,7 @@ class LocalStack:
     env_file: Path
     stripe: SimulatedStripeServer | None = None  # the simulated Stripe, unless a real one was configured
     model: SimulatedModelServer | None = None  # the simulated model, unless a real one was configured
+    provider: str = "anthropic"  # LLM_PROVIDER: whose API the functions call (the simulated model speaks each)
     carrier: CarrierStub | None = None  # CARRIER=1: the local outside MCP server (devstack/carrier_mcp.py)
     policy_version: int = 1  # the support policy's newest version: the template's (1) or POLICY='s
     pools: dict[str, FunctionPool] = field(default_factory=dict, repr=False)  # each function's workers
@@ -143,6 +150,7 @@ def start(
     from devstack.simulated_model import delay_from
 
     model_delay = delay_from(env)  # SIMULATED_MODEL_DELAY_SECONDS: a bad value stops before anything starts
+    choice = choose(env)  # before moto's credentials replace the shell's (a real Bedrock needs them)
     secret, issuer, audience = params["JwtSecret"], params["JwtIssuer"], params["JwtAudience"]
     local = LocalStack("", "", None, {}, False, STATE_DIR / "env.json")  # type: ignore[arg-type]
     try:
@@ -174,27 +182,16 @@ def start(
             local.policy_version = publish(ssm, stack.physical_ids["SupportPolicyParameter"], policy)
 
         overrides = {"JWT_SECRET": secret, "TRANSPARENCY": params["Transparency"], "POWERTOOLS_LOG_LEVEL": "WARNING"}
-        # LLM_PROVIDER=openai make dev: the same simulated brain over OpenAI chat completions, or a
-        # real OpenAI-compatible endpoint when OPENAI_BASE_URL is set (Bedrock needs real AWS).
-        openai = env.get("LLM_PROVIDER") == "openai"
-        simulated = not env.get("OPENAI_BASE_URL" if openai else "ANTHROPIC_API_KEY")
+        # LLM_PROVIDER=openai|bedrock make dev: the same simulated brain over that provider's wire, or the real
+        # model when its setting is given (devstack/model_choice.py).
+        simulated = choice.simulated
         if simulated:
             from devstack.simulated_model import start as start_model
 
             model = start_model(port=0, delay_seconds=model_delay)
             local._stoppers.append(model.stop)
             local.model = model
-            overrides.update(ANTHROPIC_API_KEY="simulated-local-key", ANTHROPIC_BASE_URL=model.url)
-            overrides.update(OPENAI_API_KEY="simulated-local-key", OPENAI_BASE_URL=f"{model.url}/v1")
-        elif openai:
-            passed = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_MAX_TOKENS_PARAM")
-            overrides.update({k: env[k] for k in passed if env.get(k)})
-        else:
-            overrides["ANTHROPIC_API_KEY"] = env["ANTHROPIC_API_KEY"]
-            if env.get("ANTHROPIC_BASE_URL"):
-                overrides["ANTHROPIC_BASE_URL"] = env["ANTHROPIC_BASE_URL"]
-        if openai:
-            overrides["LLM_PROVIDER"] = "openai"
+        overrides.update(choice.overrides(local.model.url if local.model is not None else None))
         overrides.update(payments_env)
         pools = pools_for(stack, {**_plain_env(env), **aws_env}, overrides)
         local.pools = pools
@@ -220,6 +217,7 @@ def start(
 
         local.url = f"http://{host}:{gateway.server_address[1]}"
         local.moto_url, local.stack, local.tokens, local.simulated = moto_url, stack, tokens, simulated
+        local.provider = choice.provider
         if local.stripe is not None:  # its refund events, signed with the secret the webhook function holds
             local.stripe.stripe.webhooks.configure(f"{local.url}/webhooks/stripe", LOCAL_SECRET)
         write_env_file(local.env_file, stack, pools, int(aws_env["MOTO_PORT"]))
@@ -264,6 +262,12 @@ def _with_carrier(env: Mapping[str, str], params: dict[str, str], local: LocalSt
     return {"McpServers": servers, "McpRefreshSeconds": "15", **params}
 
 
+def _model_line(local: LocalStack) -> str:
+    if local.simulated:
+        return MODEL_SIMULATED.format(setting=REAL_SETTING[local.provider], provider=local.provider)
+    return MODEL_REAL[local.provider]
+
+
 def _plain_env(env: dict[str, str]) -> dict[str, str]:
     """What a worker inherits: the basics, not this shell's AWS profile or secrets."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "TMPDIR")
@@ -292,7 +296,7 @@ def banner(local: LocalStack) -> str:
         f"  API docs       {local.url}/api/docs   (Swagger UI of docs/openapi.json)",
         f"  local AWS      {local.moto_url}   (moto; AWS_ENDPOINT_URL for the AWS CLI and sam local)",
         f"  sam local env  {local.env_file}",
-        f"  model          {MODEL_SIMULATED if local.simulated else 'Anthropic Messages API'}",
+        f"  model          {_model_line(local)}",
         f"  payments       {_payments_line(local)}",
         f"  policy         {local.stack.physical_ids['SupportPolicyParameter']} version {local.policy_version}"
         "   (make policy-show, make policy-publish FILE=…)",

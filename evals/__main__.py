@@ -26,7 +26,7 @@ def _customer(kind: str, provider: str) -> Any:
     if kind == "scripted":
         return scripted
     if provider == "simulated":
-        raise Unavailable("--customer model needs a real model to play the customer (MODEL=anthropic|openai)")
+        raise Unavailable("--customer model needs a real model to play the customer (MODEL=anthropic|openai|bedrock)")
     import os
 
     from evals.customer import ModelCustomer
@@ -34,6 +34,8 @@ def _customer(kind: str, provider: str) -> Any:
     from support_agent.llm.factory import llm_client_from_settings
 
     llm = llm_client_from_settings(load_settings({**os.environ, "LLM_PROVIDER": provider}))
+    if provider == "bedrock":  # its boto3 client now, with this shell's credentials: the local stack replaces them
+        llm.runtime()  # type: ignore[attr-defined]
     return lambda task, trial, client: ModelCustomer(task, trial, client, llm)
 
 

@@ -51,11 +51,9 @@ def stack_environ(provider: str, environ: dict[str, str] | None = None) -> dict[
             raise Unavailable("MODEL=openai needs OPENAI_BASE_URL (and OPENAI_API_KEY, OPENAI_MODEL)")
         return {**clean, **{k: v for k, v in env.items() if k.startswith("OPENAI_")}, "LLM_PROVIDER": "openai"}
     if provider == "bedrock":
-        raise Unavailable(
-            "MODEL=bedrock: the local stack points every AWS client of the functions at moto with local credentials, "
-            "so bedrock-runtime cannot be reached from it yet (devstack/local.py would have to pass real credentials "
-            "and AWS_ENDPOINT_URL_BEDROCK_RUNTIME to the workers); run the tasks on a deployed stack instead"
-        )
+        if not env.get("BEDROCK_MODEL_ID"):
+            raise Unavailable("MODEL=bedrock needs BEDROCK_MODEL_ID (and AWS credentials that may invoke it)")
+        return {**clean, **{k: v for k, v in env.items() if k.startswith("BEDROCK_")}, "LLM_PROVIDER": "bedrock"}
     raise Unavailable(f"MODEL={provider!r}: one of {', '.join(PROVIDERS)}")
 
 

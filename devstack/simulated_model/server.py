@@ -1,7 +1,8 @@
 """The server: the request → reply function (``SimulatedModel``) and the HTTP server around it.
 
 ``POST /v1/messages`` (JSON, or server-sent events with ``"stream": true``), ``POST
-/v1/chat/completions``, ``GET /health``; anything else a 404 in the Messages API's error shape.
+/v1/chat/completions``, ``POST /model/{modelId}/invoke`` (Bedrock's InvokeModel), ``GET /health``; anything else
+a 404 in the Messages API's error shape.
 Every reply carries ``x-simulated-model: true``.
 
 ``SIMULATED_MODEL_DELAY_SECONDS`` (``make dev``; ``--delay-seconds`` standalone) makes every model answer
@@ -26,6 +27,13 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from devstack.background_server import BackgroundServer, LocalHttpServer, serve_until_interrupted
+from devstack.simulated_model.bedrock_facade import (
+    BedrockError,
+    as_bedrock,
+    check_bedrock_headers,
+    model_id,
+    parse_bedrock_body,
+)
 from devstack.simulated_model.faults import Faults
 from devstack.simulated_model.message import build_message, digest, encode_sse, stream_events
 from devstack.simulated_model.openai_facade import (
@@ -84,6 +92,8 @@ class SimulatedModel:
         """The reply to ``POST path`` (without its query); a refusal in its API's error shape."""
         with self._lock:
             self.requests += 1
+        if model_id(path) is not None:
+            return self._invoke(path, headers, raw)
         try:
             endpoint = path.rstrip("/")
             if endpoint not in ("/v1/messages", "/v1/chat/completions"):
@@ -118,6 +128,22 @@ class SimulatedModel:
             return Reply(200, "text/event-stream; charset=utf-8", encode_sse(stream_events(message)))
         return _json(200, message)
 
+    def _invoke(self, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        """Bedrock's InvokeModel: the same brain and faults, the answer's ``model`` the path's."""
+        model = str(model_id(path))
+        try:
+            if self.delay_seconds > 0:
+                time.sleep(self.delay_seconds)
+            check_bedrock_headers(headers)
+            try:
+                self._fault("/v1/messages", raw)
+            except ApiError as exc:
+                raise as_bedrock(exc) from None
+            body = parse_bedrock_body(raw, model)
+            return _json(200, build_message(body, self._next()) | {"model": model})
+        except BedrockError as exc:
+            return _error(exc)
+
     def _chat_completion(self, headers: Mapping[str, str], raw: bytes) -> Reply:
         """The same brain behind the OpenAI wire format."""
         check_openai_headers(headers)
@@ -151,6 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "api": "Anthropic Messages API and OpenAI chat completions (simulated)",
                 "endpoint": "POST /v1/messages",
                 "openaiEndpoint": "POST /v1/chat/completions",
+                "bedrockEndpoint": "POST /model/{modelId}/invoke",
             }
             self._send(_json(200, info))
             return

@@ -1,6 +1,6 @@
-"""The deployed chat function with LLM_PROVIDER=openai, against the simulated model over real HTTP.
+"""The deployed chat function with LLM_PROVIDER=openai or bedrock, against the simulated model over real HTTP.
 
-The local stack's simulated model also speaks OpenAI chat completions, so the whole path — the
+The local stack's simulated model also speaks OpenAI chat completions and Bedrock's InvokeModel, so the whole path — the
 template's environment, the factory, the OpenAI adapter, the translation, the loop, the stores —
 runs with no key and no network. A conversation then continues on the Anthropic Messages API of the
 same server: the stored history is one format whatever the provider.
@@ -86,3 +86,22 @@ def test_the_openai_provider_maps_errors_to_the_contract(api: Api, model: Simula
     assert (status, body["error"]["code"]) == (502, "model_error")
     status, listing, _ = api.call("GET", "/api/conversations")
     assert status == 200 and all(c.get("title") != "hello" for c in listing["conversations"])
+
+
+def test_the_bedrock_provider_runs_through_boto3_against_the_simulated_model(
+    api: Api, model: SimulatedModelServer
+) -> None:
+    """``LLM_PROVIDER=bedrock make dev``'s path: boto3's signed InvokeModel, sent to the simulated model by
+    AWS_ENDPOINT_URL_BEDROCK_RUNTIME while every other client stays on moto."""
+    profile = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+    use_provider(api, LLM_PROVIDER="bedrock", BEDROCK_MODEL_ID=profile, AWS_ENDPOINT_URL_BEDROCK_RUNTIME=model.url)
+    assert type(wiring.chat_services().agent.llm).__name__ == "BedrockClient"
+    before = model.model.requests
+    first = chat(api, "Where is my order 1043?")
+    assert model.model.requests - before == len(first["trace"]) == 2  # both calls reached the simulated model
+    assert first["stopReason"] == "end_turn" and first["reply"].startswith(LABEL)
+    calls = [c for it in first["trace"] for c in it["toolCalls"]]
+    assert [c["name"] for c in calls] == ["lookup_order"] and not calls[0]["isError"]
+    assert "1043" in first["reply"]
+    assert first["inputTokens"] > 0 and first["outputTokens"] > 0
+    assert hist.problems(stored(api, first["conversationId"])) == []
