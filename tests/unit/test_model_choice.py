@@ -65,3 +65,18 @@ def test_the_runner_hands_the_stack_only_the_chosen_providers_settings() -> None
     assert stack_environ("anthropic", shell) == {"PATH": "/bin", "ANTHROPIC_API_KEY": "k"}
     with pytest.raises(Unavailable, match="BEDROCK_MODEL_ID"):
         stack_environ("bedrock", {"PATH": "/bin"})
+
+
+def test_eval_live_skips_cleanly_without_a_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evals.__main__ import main
+    from evals.runner import live_provider
+
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY", "BEDROCK_MODEL_ID", "MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["run", "--model", "live"]) == 0  # no stack started: it returns before
+    assert "skipped, no model configured" in capsys.readouterr().out
+    assert live_provider({"BEDROCK_MODEL_ID": "m"}) == "bedrock"
+    assert live_provider({"OPENAI_BASE_URL": "u"}) is None  # an endpoint without its key is not a model
+    assert live_provider({"MODEL": "openai", "ANTHROPIC_API_KEY": "k"}) == "openai"
