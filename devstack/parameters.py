@@ -48,8 +48,8 @@ def parse_overrides(items: Sequence[str], known: Iterable[str]) -> dict[str, str
 def dev_parameters(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """What ``make dev`` deploys: its local defaults (the JWT settings from the environment, the tool-call
     trace on, refunds through Stripe: the simulated one unless STRIPE_API_BASE and STRIPE_API_KEY are set,
-    a short payment-sweep grace, ``ToolMode`` from TOOL_MODE when set), then the overrides, which win
-    (``PaymentProvider=none`` keeps refunds ledger-only)."""
+    a short payment-sweep grace, a one-minute quiet, ``ToolMode`` from TOOL_MODE when set), then the overrides,
+    which win (``PaymentProvider=none`` keeps refunds ledger-only)."""
     tool_mode = environ.get("TOOL_MODE", "").strip()
     if tool_mode and tool_mode not in TOOL_MODES:
         raise ParameterError(f"TOOL_MODE={tool_mode!r}: it is one of {', '.join(TOOL_MODES)}")
@@ -62,6 +62,9 @@ def dev_parameters(environ: Mapping[str, str], overrides: Mapping[str, str] | No
         # The payment sweep asks about a refund left unsettled after 30 s, not 5 min: the demo's
         # "no webhook came" refund settles within a minute (the local schedule fires every 30 s).
         "PaymentSweepGraceSeconds": "30",
+        # A conversation is quiet after a minute, not 30: a demo's conversations get their outcomes (and the
+        # Reports page its figures) within minutes (the outcome sweep's schedule fires every 30 s locally).
+        "ConversationQuietMinutes": "1",
         **({"ToolMode": tool_mode} if tool_mode else {}),  # TOOL_MODE=mcp make dev: our tools over MCP
         **(overrides or {}),
     }

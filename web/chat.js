@@ -1,6 +1,7 @@
 /* The chat page: sign in as a customer, converse, see replies, usage, the tool-call trace and refunds; a person from
- * support when the conversation was handed to one (their replies, who joined, when the assistant is back); and the
- * actions the assistant proposed (cancel an order, change its address), each with Confirm and Decline buttons. */
+ * support when the conversation was handed to one (their replies, who joined, when the assistant is back); the
+ * actions the assistant proposed (cancel an order, change its address), each with Confirm and Decline buttons; and
+ * the customer's ratings: a thumb up or down under each answer, a closing 1-5 rating with a short comment. */
 (function () {
   "use strict";
   var SA = window.SA;
@@ -40,6 +41,7 @@
     historyLastAt: "", // the newest message of the history: older hand-off news only sets the state
     sentForPerson: [], // messages this page sent to a person, not yet seen again in the feed
     proposals: {}, // proposal id -> {p: its view (normalised), el: its card, timer: its expiry's}
+    thumbs: {}, // turnId -> "up" | "down": the thumb the customer gave its answer (shown again when it re-renders)
   };
 
   // ---------------------------------------------------------------- sign in
@@ -180,6 +182,7 @@
     state.conversationId = id;
     SA.store.set("conversationId", id);
     $("conversation-id").textContent = id || "new";
+    $("closing").hidden = !id; // a conversation is rated once it exists
     markCurrentConversation();
   }
 
@@ -193,6 +196,8 @@
     state.shown = {};
     state.historyLastAt = "";
     state.sentForPerson = [];
+    state.thumbs = {};
+    resetClosing();
     clearProposals();
     setHandoff(null);
     SA.clear($("transcript")).appendChild(h("p", { class: "muted transcript-empty", id: "transcript-empty" }, "Ask about an order, an invoice or a refund, or to cancel an order or change its address (you confirm with a button)."));
@@ -411,9 +416,113 @@
       h("div", { class: "message-head" }, h("span", { class: "who" }, "Agent"), simulatedBadge()),
       h("div", { class: "message-text reply-text" }, r.reply || h("em", { class: "muted" }, "(no text)")),
       metaList,
-      traceLink
+      traceLink,
+      r.turnId && !fromHistory ? thumbControls(r.turnId) : null
     );
     return el;
+  }
+
+  // ---------------------------------------------------------------- ratings
+
+  function ratingPath() {
+    return "/api/conversations/" + encodeURIComponent(state.conversationId) + "/rating";
+  }
+
+  /** Thumb up and down under an answer (its turn id): the chosen one is pressed; a change replaces the vote. */
+  function thumbControls(turnId) {
+    var error = h("span", { class: "rating-error", role: "alert", hidden: true });
+    var box = h("div", { class: "thumbs", role: "group", "aria-label": "Rate this answer", "data-rates-turn": turnId });
+    box.appendChild(h("span", { class: "muted thumbs-label" }, "Was this helpful?"));
+    [
+      ["up", "Yes", "Helpful"],
+      ["down", "No", "Not helpful"],
+    ].forEach(function (t) {
+      box.appendChild(
+        h(
+          "button",
+          {
+            type: "button",
+            class: "thumb thumb-" + t[0],
+            "data-thumb": t[0],
+            "aria-label": t[2],
+            title: t[2],
+            "aria-pressed": state.thumbs[turnId] === t[0] ? "true" : "false",
+            onclick: function () {
+              rateTurn(turnId, t[0], box, error);
+            },
+          },
+          t[1]
+        )
+      );
+    });
+    box.appendChild(error);
+    return box;
+  }
+
+  function showThumb(box, thumb) {
+    box.setAttribute("data-rated", thumb || "");
+    Array.prototype.forEach.call(box.querySelectorAll("button.thumb"), function (b) {
+      b.setAttribute("aria-pressed", b.getAttribute("data-thumb") === thumb ? "true" : "false");
+    });
+  }
+
+  function rateTurn(turnId, thumb, box, error) {
+    if (!state.conversationId || box.getAttribute("aria-busy") === "true") return;
+    box.setAttribute("aria-busy", "true");
+    error.hidden = true;
+    SA.api(ratingPath(), { method: "POST", token: state.token, body: { turnId: turnId, thumb: thumb } }).then(
+      function (r) {
+        box.setAttribute("aria-busy", "false");
+        state.thumbs[turnId] = (r.data && r.data.thumb) || thumb;
+        showThumb(box, state.thumbs[turnId]);
+      },
+      function (err) {
+        box.setAttribute("aria-busy", "false");
+        if (err.status === 401) return handleError(err, $("chat-error"));
+        error.textContent = "Not saved (" + err.code + "): " + err.message;
+        error.hidden = false;
+      }
+    );
+  }
+
+  function resetClosing() {
+    $("closing-form").reset();
+    $("closing-form").hidden = true;
+    $("closing-open").setAttribute("aria-expanded", "false");
+    $("closing-status").textContent = "";
+    $("closing").removeAttribute("data-score");
+    SA.showError($("closing-error"), null);
+  }
+
+  function toggleClosing() {
+    var form = $("closing-form");
+    form.hidden = !form.hidden;
+    $("closing-open").setAttribute("aria-expanded", form.hidden ? "false" : "true");
+    if (!form.hidden) form.querySelector("input[name=score]").focus();
+  }
+
+  /** The closing rating (1-5 and an optional comment); sent again, it replaces the first. */
+  function sendClosing() {
+    var form = $("closing-form");
+    var picked = form.querySelector("input[name=score]:checked");
+    if (!picked || !state.conversationId) return;
+    var body = { score: Number(picked.value), comment: $("closing-comment").value.trim() };
+    $("closing-send").disabled = true;
+    SA.showError($("closing-error"), null);
+    $("closing-status").textContent = "Sending…";
+    SA.api(ratingPath(), { method: "POST", token: state.token, body: body }).then(
+      function (r) {
+        $("closing-send").disabled = false;
+        var score = (r.data && r.data.score) || body.score;
+        $("closing").setAttribute("data-score", String(score));
+        $("closing-status").textContent = "Thank you: you rated this conversation " + score + " of 5.";
+      },
+      function (err) {
+        $("closing-send").disabled = false;
+        $("closing-status").textContent = "";
+        handleError(err, $("closing-error"), "Your rating was not saved");
+      }
+    );
   }
 
   // ------------------------------------------------------------------ trace
@@ -1418,6 +1527,11 @@
       });
     });
     $("refresh-refunds").addEventListener("click", refreshRefunds);
+    $("closing-open").addEventListener("click", toggleClosing);
+    $("closing-form").addEventListener("submit", function (e) {
+      e.preventDefault();
+      sendClosing();
+    });
     // A hidden or left page stops following its conversation; shown again, it goes on from where it was.
     document.addEventListener("visibilitychange", function () {
       if (document.hidden) stopFollowing(false);

@@ -276,3 +276,65 @@ def test_a_throttle_midway_leaves_every_tombstone_audited_and_calling_again_fini
     for cid in cids:
         assert not [w for w in SECRET_WORDS if w in json.dumps(stored(api, cid))]
         assert hist.problems(stored(api, cid)) == []
+
+
+def _rate(api: Api, customer: int, cid: str, body: dict[str, Any]) -> None:
+    token = api.token(f"customer-{customer}", customer_id=customer)
+    status, out, _ = api.call("POST", f"/api/conversations/{cid}/rating", body, token=token)
+    assert status == 200, out
+
+
+def _item(api: Api, key: str, seq: int = 0) -> dict[str, Any]:
+    out = boto3.client("dynamodb").get_item(
+        TableName=table(api, "CONVERSATIONS_TABLE"),
+        Key={"conversation_id": {"S": key}, "seq": {"N": str(seq)}},
+        ConsistentRead=True,
+    )
+    return dict(out.get("Item", {}))
+
+
+def _rating_items(api: Api, cid: str) -> list[dict[str, Any]]:
+    out = boto3.client("dynamodb").query(
+        TableName=table(api, "CONVERSATIONS_TABLE"),
+        KeyConditionExpression="conversation_id = :p",
+        ExpressionAttributeValues={":p": {"S": f"rating#{cid}"}},
+        ConsistentRead=True,
+    )
+    return list(out["Items"])
+
+
+def test_erasure_removes_the_ratings_and_comments_and_the_stored_outcomes_rating_figures(api: Api) -> None:
+    """The customer's thumbs, score and comment go with the conversation, and the outcome already stored counts
+    none of them any more (later rollups read it); a conversation without an outcome gets none, and another
+    customer's ratings stay."""
+    api.model.script = [answer("Sorry about that.") for _ in range(3)]
+    rated, unsettled, other = (chat(api, "hello", customer=c) for c in (61, 61, 62))
+    for first, customer in ((rated, 61), (unsettled, 61), (other, 62)):
+        _rate(api, customer, first["conversationId"], {"turnId": first["turnId"], "thumb": "down"})
+        _rate(api, customer, first["conversationId"], {"score": 2, "comment": "I live on Elm Street"})
+    cid = rated["conversationId"]
+    figures = {"thumbs_up": {"N": "0"}, "thumbs_down": {"N": "1"}, "score": {"N": "2"}, "turns": {"N": "1"}}
+    boto3.client("dynamodb").put_item(
+        TableName=table(api, "CONVERSATIONS_TABLE"),
+        Item={"conversation_id": {"S": f"outcome#{cid}"}, "seq": {"N": "0"}, "outcome": {"S": "abandoned"}, **figures},
+    )
+
+    status, body, _ = erase(api, 61)
+    assert (status, body["complete"], body["conversations"]) == (200, True, 2), body
+
+    for conversation in (cid, unsettled["conversationId"]):
+        left = _rating_items(api, conversation)
+        assert len(left) == 2  # kept as tombstones (no role holds DeleteItem), holding nothing
+        for item in left:
+            assert not {"thumb", "score", "comment"} & item.keys(), item
+            assert "erased_at" in item
+        assert "Elm Street" not in json.dumps(left)
+    outcome = _item(api, f"outcome#{cid}")
+    assert {k: outcome[k] for k in ("thumbs_up", "thumbs_down", "score")} == {
+        k: {"N": "0"} for k in figures if k != "turns"
+    }
+    assert outcome["turns"] == {"N": "1"} and outcome["outcome"] == {"S": "abandoned"}  # the rest is not the customer's
+    assert "ratings_erased_at" in outcome
+    assert _item(api, f"outcome#{unsettled['conversationId']}") == {}, "no outcome item is created"
+    kept = {i.get("thumb", {}).get("S") or i["score"]["N"] for i in _rating_items(api, other["conversationId"])}
+    assert kept == {"down", "2"}, "another customer's ratings stay"

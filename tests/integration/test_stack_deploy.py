@@ -38,6 +38,8 @@ EXPECTED_TABLES = {
         {
             "by_customer": [("customer_id", "HASH"), ("updated_at", "RANGE")],
             "turns_running": [("running", "HASH"), ("lease_check_at", "RANGE")],
+            "outcomes_due": [("outcome_due", "HASH"), ("quiet_check_at", "RANGE")],
+            "outcomes_by_day": [("quiet_day", "HASH"), ("quiet_at", "RANGE")],
         },
     ),
     "CustomerDataTable": (

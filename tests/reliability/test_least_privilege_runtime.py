@@ -306,13 +306,17 @@ def test_chat_function_under_its_own_role(
     with as_function(api, "ChatFunction", creds, recorder, monkeypatch):
         status, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "refund and a person"})
         assert status == 200, body
-        cid = body["conversationId"]
+        cid, turn = body["conversationId"], body["turnId"]
         assert all(not c["isError"] for it in body["trace"] for c in it["toolCalls"]), body["trace"]
         # The hand-off is open: the next message is kept for the person (no model call), under the same role.
         status, body, _ = api.call("POST", "/api/chat", {"conversationId": cid, "message": "thanks"})
         assert (status, body["owner"]) == (202, "person"), body
         assert api.call("GET", "/api/conversations")[0] == 200
         assert api.call("GET", f"/api/conversations/{cid}")[0] == 200
+        # The customer's ratings (store/ratings.py): the items, the counter, and the outcome's re-derivation asked.
+        for rating in ({"turnId": turn, "thumb": "up"}, {"score": 4, "comment": "quick"}):
+            status, body, _ = api.call("POST", f"/api/conversations/{cid}/rating", rating)
+            assert status == 200, body
         ddb, sfn = boto3.client("dynamodb"), boto3.client("stepfunctions")
         audit = stack.physical_ids["AuditTable"]
         forbidden = {

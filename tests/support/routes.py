@@ -7,5 +7,6 @@ CHAT_ROUTES = {
     ("POST", "/api/chat"),
     ("GET", "/api/conversations"),
     ("GET", "/api/conversations/{id}"),
+    ("POST", "/api/conversations/{id}/rating"),
     ("GET", "/api/health"),
 }

@@ -34,6 +34,8 @@ FUNCTIONS = (
     "TurnSweepFunction",
     "EventsFunction",
     "McpFunction",
+    "OutcomeSweepFunction",
+    "DailyRollupFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
@@ -75,6 +77,17 @@ EMITTED_BY = {
     obs.AUDIT_SEAL_FAILURES: "audit_seal",
     obs.MCP_TOOL_REJECTED: "chat",
     obs.POLICY_REFUSED: "chat",
+    **{
+        name: "daily_rollup"
+        for name in (
+            obs.RESOLUTION_RATE,
+            obs.ESCALATION_RATE,
+            obs.THUMBS_DOWN_SHARE,
+            obs.CSAT,
+            obs.CONVERSATIONS,
+            obs.REFUNDED_CENTS,
+        )
+    },
 }
 # Metrics more than one function emits (both run the loop and list the outside MCP servers).
 ALSO_EMITTED_BY = {obs.MCP_TOOL_REJECTED: {"turn_worker"}, obs.POLICY_REFUSED: {"turn_worker", "mcp"}}
@@ -196,6 +209,28 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         "Maximum",
         300,
         0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    # A completed day's resolution rate below the parameter (the rollup emits it once per day).
+    "ResolutionRateAlarm": (
+        "SupportAgent",
+        obs.RESOLUTION_RATE,
+        [{"Name": "service", "Value": "daily_rollup"}],
+        "Minimum",
+        86400,
+        {"Ref": "ResolutionRateAlarmThreshold"},
+        "LessThanThreshold",
+        1,
+    ),
+    # A completed day's share of thumbs down above the parameter.
+    "ThumbsDownShareAlarm": (
+        "SupportAgent",
+        obs.THUMBS_DOWN_SHARE,
+        [{"Name": "service", "Value": "daily_rollup"}],
+        "Maximum",
+        86400,
+        {"Ref": "ThumbsDownShareAlarmThreshold"},
         "GreaterThanThreshold",
         1,
     ),
@@ -353,8 +388,8 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             checked += 1
     # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge,
     # ReconciliationDifferences, AuditRowsTampered, AuditSealFailures, McpToolRejected (chat and turn_worker)
-    # OldestOpenHandoffAge, and PolicyRefused (chat, turn_worker and mcp)
-    assert checked == 13
+    # OldestOpenHandoffAge, PolicyRefused (chat, turn_worker and mcp), ResolutionRate and ThumbsDownShare
+    assert checked == 15
 
 
 def test_oldest_open_handoff_alarm_defaults_to_fifteen_minutes_in_seconds(sam: dict[str, Any]) -> None:

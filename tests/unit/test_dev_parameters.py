@@ -64,6 +64,7 @@ def test_overrides_win_over_the_local_defaults() -> None:
         "Transparency": "verbose",
         "PaymentProvider": "stripe",
         "PaymentSweepGraceSeconds": "30",
+        "ConversationQuietMinutes": "1",
     }
     params = dev_parameters(env, {"Transparency": "quiet", "JwtIssuer": "from-params", "TurnsPerMinute": "100"})
     assert (params["Transparency"], params["JwtIssuer"], params["TurnsPerMinute"]) == ("quiet", "from-params", "100")

@@ -119,6 +119,7 @@ def test_a_lease_outlives_the_function_that_holds_it_in_every_stage(sam: dict[st
     ("parameter", "variable", "default", "functions"),
     [
         ("ReadsPerMinute", "READS_PER_MINUTE", 60, ("ChatFunction", "EventsFunction")),
+        ("RatingsPerMinute", "RATINGS_PER_MINUTE", 20, ("ChatFunction",)),
         ("JwtMaxLifetimeSeconds", "JWT_MAX_LIFETIME_SECONDS", 86400, ("ChatFunction", "ApprovalsFunction")),
     ],
 )

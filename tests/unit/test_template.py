@@ -154,6 +154,10 @@ TABLES: dict[str, dict[str, Any]] = {
             "by_customer": [("customer_id", "N", "HASH"), ("updated_at", "S", "RANGE")],
             # sparse: turn records of handed-over turns while they run (store/turns.py, the turn sweep)
             "turns_running": [("running", "S", "HASH"), ("lease_check_at", "N", "RANGE")],
+            # sparse: headers of conversations whose outcome is due a (re)check (outcomes/store.py)
+            "outcomes_due": [("outcome_due", "S", "HASH"), ("quiet_check_at", "N", "RANGE")],
+            # sparse: outcome items by the UTC day they went quiet (the daily rollup, reports/sources.py)
+            "outcomes_by_day": [("quiet_day", "S", "HASH"), ("quiet_at", "S", "RANGE")],
         },
     },
     "CustomerDataTable": {
@@ -418,7 +422,7 @@ def test_turn_worker_consumes_the_turn_queue(sam: dict[str, Any], cfn: dict[str,
     chat = cfn["Resources"]["ChatFunction"]["Properties"]
     assert fn.get("MemorySize") == chat.get("MemorySize") == sam["Globals"]["Function"]["MemorySize"]
     env, chat_env = fn["Environment"]["Variables"], chat["Environment"]["Variables"]
-    only_chat = {"TURN_QUEUE_URL", "SYNC_TURN_SECONDS", "POWERTOOLS_SERVICE_NAME"}
+    only_chat = {"TURN_QUEUE_URL", "SYNC_TURN_SECONDS", "POWERTOOLS_SERVICE_NAME", "RATINGS_PER_MINUTE"}
     assert {k: v for k, v in env.items() if k != "POWERTOOLS_SERVICE_NAME"} == {
         k: v for k, v in chat_env.items() if k not in only_chat
     }
@@ -533,7 +537,14 @@ def test_outputs(sam: dict[str, Any]) -> None:
 
 # Principals whose invocations are asynchronous: Lambda retries a failed event twice, then drops it without a DLQ.
 ASYNC_PRINCIPALS = {"events.amazonaws.com", "scheduler.amazonaws.com", "sns.amazonaws.com", "s3.amazonaws.com"}
-SCHEDULED = ("TurnSweepFunction", "ApprovalSweepFunction", "PaymentSweepFunction", "ReconcileFunction")
+SCHEDULED = (
+    "TurnSweepFunction",
+    "ApprovalSweepFunction",
+    "PaymentSweepFunction",
+    "ReconcileFunction",
+    "OutcomeSweepFunction",
+    "DailyRollupFunction",
+)
 
 
 def test_every_asynchronously_invoked_function_keeps_the_runs_it_gave_up_on(cfn: dict[str, Any]) -> None:
@@ -749,6 +760,26 @@ ALLOWED: dict[str, set[Pair]] = {
         *{(f"dynamodb:{a}", "ConversationsTable") for a in ("GetItem", "PutItem", "UpdateItem")},
         SCHEDULED_RUN_LOST,
     },
+    # The outcome sweep: the due headers (no Scan), a conversation's facts (header, messages, turns, ratings, its
+    # refund rows and proposals, approvals and hand-offs), the outcome item put, the header's follow-up.
+    "OutcomeSweepFunction": {
+        ("dynamodb:Query", "ConversationsTable/index/outcomes_due"),
+        ("dynamodb:GetItem", "ConversationsTable"),
+        ("dynamodb:Query", "ConversationsTable"),
+        ("dynamodb:PutItem", "ConversationsTable"),
+        ("dynamodb:UpdateItem", "ConversationsTable"),
+        ("dynamodb:Query", "CustomerDataTable"),
+        ("dynamodb:GetItem", "ApprovalsTable"),
+        SCHEDULED_RUN_LOST,
+    },
+    # The daily rollup: three time-ordered indexes read (no Scan), its own day items updated.
+    "DailyRollupFunction": {
+        ("dynamodb:Query", "ConversationsTable/index/outcomes_by_day"),
+        ("dynamodb:Query", "CustomerDataTable/index/ledger_by_created"),
+        ("dynamodb:Query", "ApprovalsTable/index/by_created"),
+        ("dynamodb:UpdateItem", "ConversationsTable"),
+        SCHEDULED_RUN_LOST,
+    },
     # The payment sweep: the unsettled index (no Scan), the row re-read and settled with the order's money,
     # an approved refund's approval SETTLING -> REFUNDED | FAILED, audit rows. No PutItem on CustomerData
     # (it never creates a row), no Query on the table itself, no StartExecution.
@@ -881,6 +912,14 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
     "PaymentSweepFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "OutcomeSweepFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
+    "DailyRollupFunction": {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
@@ -1090,6 +1129,18 @@ KEY_PREFIXES: dict[str, dict[str, dict[str, set[str]]]] = {
             "dynamodb:PutItem": {"note#"},
         },
     },
+    # A conversation's facts read (header, messages, turn records, ratings, its outcome), the outcome put, the
+    # header's follow-up (outcomes/store.py).
+    "OutcomeSweepFunction": {
+        "ConversationsTable": {
+            "dynamodb:GetItem": {"conv_", "turn#", "rating#", "outcome#"},
+            "dynamodb:Query": {"conv_", "turn#", "rating#", "outcome#"},
+            "dynamodb:PutItem": {"outcome#"},
+            "dynamodb:UpdateItem": {"conv_"},
+        },
+    },
+    # Its day items only (`rollup#daily`, reports/store.py).
+    "DailyRollupFunction": {"ConversationsTable": {"dynamodb:UpdateItem": {"rollup#"}}},
     # The reader's counter (`rate#reads#<customer>#<minute>`) and its waiting slots (`poll#<customer>`, store/polls.py).
     "EventsFunction": {"ConversationsTable": {"dynamodb:UpdateItem": {"rate#reads#", "poll#"}}},
     # The functions announcing decisions in a conversation's feed (tests/unit/test_notifications_iam.py).
@@ -1174,9 +1225,12 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
 
     from support_agent.ids import new_conversation_id
     from support_agent.mcp.our_tools import stream_of
+    from support_agent.outcomes.store import outcome_key
+    from support_agent.reports.store import PARTITION as ROLLUPS
     from support_agent.store.notifications import partition
     from support_agent.store.polls import partition as poll_partition
     from support_agent.store.ratelimit import counter_key
+    from support_agent.store.ratings import partition as rating_partition
     from support_agent.store.takeover import _key_partition as reply_key
     from support_agent.store.turns import TurnStore, new_turn_id
 
@@ -1190,6 +1244,9 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
         "mcp#": stream_of(7),
         "poll#": poll_partition(7),
         "idem#handoff#": reply_key("hof_01JF3R0000000000000000000Z", "a-key"),
+        "rating#": rating_partition(cid),
+        "outcome#": outcome_key(cid)["conversation_id"],
+        "rollup#": ROLLUPS,
     }
     declared = {
         p for tables in KEY_PREFIXES.values() for actions in tables.values() for ps in actions.values() for p in ps

@@ -78,6 +78,8 @@ class Settings(BaseModel):
     reads_per_minute: int = Field(60, alias="READS_PER_MINUTE", ge=1, le=10_000)
     # MCP requests carrying tools/call a customer may make per clock minute (McpFunction; its own counter).
     mcp_calls_per_minute: int = Field(30, alias="MCP_CALLS_PER_MINUTE", ge=1, le=10_000)
+    # Ratings (thumbs and closing scores) a customer may send per clock minute (its own counter).
+    ratings_per_minute: int = Field(20, alias="RATINGS_PER_MINUTE", ge=1, le=10_000)
     # The public base URL of the API (https://api.example.com) for the MCP resource metadata; empty: from the
     # request's Host and X-Forwarded-Proto headers.
     mcp_public_base_url: str = Field("", alias="MCP_PUBLIC_BASE_URL")
@@ -130,6 +132,11 @@ class Settings(BaseModel):
 
     transparency: Literal["verbose", "quiet"] = Field("verbose", alias="TRANSPARENCY")
 
+    # Outcomes (docs/OUTCOMES.md): a conversation without activity for this long is quiet, and its outcome derived;
+    # each turn's AWS cost on the outcome (micro-USD): the read-only turn's measured cost, docs/PERFORMANCE.md.
+    outcome_quiet_minutes: int = Field(30, alias="OUTCOME_QUIET_MINUTES", ge=1, le=10_080)
+    aws_cost_per_turn_micros: int = Field(51, alias="AWS_COST_PER_TURN_MICROS", ge=0)
+
     # Observability: prices (USD per million tokens, JSON by model family) on top of pricing.py's
     # defaults, for the estimated cost per turn; how long a key read from Secrets Manager is reused.
     price_table: str = Field("", alias="PRICE_TABLE")
@@ -164,6 +171,10 @@ class Settings(BaseModel):
         if value and len(value.encode()) < 32:
             raise ValueError("JWT_SECRET must be at least 32 bytes")
         return value
+
+    @property
+    def outcome_quiet_seconds(self) -> int:
+        return self.outcome_quiet_minutes * 60
 
     @property
     def llm_model(self) -> str:

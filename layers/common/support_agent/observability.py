@@ -103,6 +103,13 @@ OPEN_HANDOFFS = "OpenHandoffs"
 ASSIGNED_HANDOFFS = "AssignedHandoffs"
 # Support policy versions refused at load (policy/source.py): the newest does not validate, an older one applies.
 POLICY_REFUSED = "PolicyRefused"
+# A completed day's outcomes (reports/job.py, once per day): rates are fractions 0..1, absent without a denominator.
+RESOLUTION_RATE = "ResolutionRate"
+ESCALATION_RATE = "EscalationRate"
+THUMBS_DOWN_SHARE = "ThumbsDownShare"
+CSAT = "Csat"
+CONVERSATIONS = "Conversations"
+REFUNDED_CENTS = "RefundedCents"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -137,6 +144,12 @@ METRICS: dict[str, str] = {
     OPEN_HANDOFFS: MetricUnit.Count.value,
     ASSIGNED_HANDOFFS: MetricUnit.Count.value,
     POLICY_REFUSED: MetricUnit.Count.value,
+    RESOLUTION_RATE: MetricUnit.NoUnit.value,
+    ESCALATION_RATE: MetricUnit.NoUnit.value,
+    THUMBS_DOWN_SHARE: MetricUnit.NoUnit.value,
+    CSAT: MetricUnit.NoUnit.value,
+    CONVERSATIONS: MetricUnit.Count.value,
+    REFUNDED_CENTS: MetricUnit.Count.value,
 }
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 
-from support_agent.clock import utc_now
+from support_agent.clock import Clock, utc_datetime, utc_now
 from support_agent.config import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from support_agent.handoffs.brief import Briefs
     from support_agent.llm.base import LlmClient
     from support_agent.mcp.our_tools import McpServices
+    from support_agent.outcomes.sweep import OutcomeSweeper
     from support_agent.policy.model import PolicyReader
     from support_agent.refunds import (
         PaymentProvider,
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
         RefundStep,
         StripeWebhooks,
     )
+    from support_agent.reports.job import RollupJob
+    from support_agent.reports.store import RollupStore
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.conversations import ConversationStore
@@ -270,7 +273,10 @@ def build_chat_services(
     ddb = client("dynamodb") if ddb is None else ddb
     sqs = _lazy("sqs") if sqs is None else sqs
     payments = payments if payments is not None else lazy_provider(settings)
-    conversations = ConversationStore(ddb, settings.conversations_table, settings.audit_table)
+    # A stored message marks the conversation active: its outcome waits until it has been quiet (docs/OUTCOMES.md).
+    conversations = ConversationStore(
+        ddb, settings.conversations_table, settings.audit_table, quiet_seconds=settings.outcome_quiet_seconds
+    )
     kit = build_actions(settings, ddb, sqs, payments)
     tools = build_tool_source(settings, build_registry(settings, ddb, sqs, payments, kit), ddb)
     # Each turn of a conversation with proposals: their decisions (overdue ones expired first), told to the model.
@@ -290,6 +296,49 @@ def build_chat_services(
         sqs=sqs,
         proposals=kit.proposals,
     )
+
+
+def build_outcome_sweeper(settings: Settings, ddb: Any = None, clock: Clock = utc_datetime) -> OutcomeSweeper:
+    """OutcomeSweepFunction's: the outcome store and every store a conversation's facts are read from (reads only,
+    but for the outcome item and the header's follow-up)."""
+    from support_agent.outcomes.facts import FactGatherer
+    from support_agent.outcomes.store import OutcomeStore
+    from support_agent.outcomes.sweep import OutcomeSweeper
+    from support_agent.pricing import price_table
+    from support_agent.store.approvals import ApprovalStore
+    from support_agent.store.conversations import ConversationStore
+    from support_agent.store.customer_data import CustomerDataStore
+    from support_agent.store.handoffs import HandoffStore
+    from support_agent.store.proposals import ProposalStore
+    from support_agent.store.ratings import RatingStore
+    from support_agent.store.turns import TurnStore
+
+    ddb = client("dynamodb") if ddb is None else ddb
+    table = settings.conversations_table
+    facts = FactGatherer(
+        ConversationStore(ddb, table),
+        TurnStore(ddb, table),
+        RatingStore(ddb, table),
+        CustomerDataStore(ddb, settings.customer_data_table),
+        ApprovalStore(ddb, settings.approvals_table),
+        HandoffStore(ddb, settings.approvals_table, table, ""),
+        ProposalStore(ddb, settings.customer_data_table, "", table),
+        model=settings.llm_model,
+        prices=price_table(settings.price_table),
+        aws_cost_per_turn_micros=settings.aws_cost_per_turn_micros,
+    )
+    return OutcomeSweeper(OutcomeStore(ddb, table), facts, settings.outcome_quiet_seconds, clock)
+
+
+def build_rollup_job(settings: Settings, ddb: Any = None, clock: Clock = utc_datetime) -> RollupJob:
+    """DailyRollupFunction's: the day's sources (three indexes, read only) and the rollup items."""
+    from support_agent.reports.job import RollupJob
+    from support_agent.reports.sources import DaySources
+    from support_agent.reports.store import RollupStore
+
+    ddb = client("dynamodb") if ddb is None else ddb
+    sources = DaySources(ddb, settings.conversations_table, settings.customer_data_table, settings.approvals_table)
+    return RollupJob(sources, RollupStore(ddb, settings.conversations_table), clock)
 
 
 def build_lead_services(
@@ -345,7 +394,13 @@ def build_lead_services(
         ),
         utc_now,
         payments=payments if payments is not None else lazy_provider(settings),
-        takeover=Takeover(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
+        takeover=Takeover(
+            ddb,
+            settings.approvals_table,
+            settings.conversations_table,
+            settings.audit_table,
+            quiet_seconds=settings.outcome_quiet_seconds,  # a person's reply is activity too
+        ),
         briefs=Briefs(
             ConversationStore(ddb, settings.conversations_table),
             CustomerDataStore(ddb, settings.customer_data_table),
@@ -544,6 +599,21 @@ class _Root:
         )
 
     @cached_property
+    def outcome_sweeper(self) -> OutcomeSweeper:
+        return build_outcome_sweeper(get_settings(), self.client("dynamodb"))
+
+    @cached_property
+    def rollup_job(self) -> RollupJob:
+        return build_rollup_job(get_settings(), self.client("dynamodb"))
+
+    @cached_property
+    def rollup_store(self) -> RollupStore:
+        """The lead API's reports: the stored rollups, read only (GET /api/reports/daily)."""
+        from support_agent.reports.store import RollupStore
+
+        return RollupStore(self.client("dynamodb"), get_settings().conversations_table)
+
+    @cached_property
     def seal_writer(self) -> SealWriter:
         from support_agent.audit.seal import SealWriter
 
@@ -615,6 +685,18 @@ def turn_sweeper() -> TurnSweeper:
 
 def seal_writer() -> SealWriter:
     return _root.seal_writer
+
+
+def outcome_sweeper() -> OutcomeSweeper:
+    return _root.outcome_sweeper
+
+
+def rollup_job() -> RollupJob:
+    return _root.rollup_job
+
+
+def rollup_store() -> RollupStore:
+    return _root.rollup_store
 
 
 def authenticator() -> Authenticator:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from support_agent.agent.lifecycle import Answered, Ask, Kept, Running, TurnLifecycle
 from support_agent.api import pagination
@@ -26,8 +26,10 @@ from support_agent.errors import InvalidRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.messages import NOT_BLANK, Deadline
 from support_agent.refunds.vocabulary import customer_status
-from support_agent.store.turns import IDEMPOTENCY_KEY, Turn
-from support_agent.wiring import ChatServices, chat_services
+from support_agent.store.ratelimit import RateLimiter
+from support_agent.store.ratings import COMMENT_MAX_CHARS, RatingStore
+from support_agent.store.turns import IDEMPOTENCY_KEY, TURN_ID, Turn
+from support_agent.wiring import ChatServices, chat_services, client
 
 router = APIGatewayHttpRouter()
 
@@ -271,6 +273,77 @@ def _decide(verb: str, conversation_id: str, proposal_id: str) -> dict[str, Any]
     decide = desk.confirm if verb == "confirm" else desk.decline
     proposal = decide(principal, conversation_id, proposal_id, now)  # ProposalNotFound: 404, ProposalExpired: 409
     return proposal_view(proposal, now, tools=services.settings.transparency == "verbose")
+
+
+class ThumbBody(BaseModel):
+    """A thumb on one answer of the conversation, named by its turn id."""
+
+    model_config = ConfigDict(extra="forbid")
+    turnId: str = Field(..., pattern=TURN_ID.pattern)
+    thumb: Literal["up", "down"]
+
+
+class ClosingBody(BaseModel):
+    """The closing rating: a score 1..5 and an optional short comment (stripped)."""
+
+    model_config = ConfigDict(extra="forbid")
+    score: int = Field(..., ge=1, le=5, strict=True)
+    comment: Annotated[str, StringConstraints(strip_whitespace=True, max_length=COMMENT_MAX_CHARS)] = ""
+
+
+class RatingView(BaseModel):
+    """What is stored: a thumb (turnId, thumb) or the closing rating (score, comment)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    conversationId: str
+    turnId: str | None = Field(None, description="A thumb's answer; null for the closing rating")
+    thumb: Literal["up", "down"] | None = None
+    score: int | None = Field(None, description="The closing rating's score, 1..5; null for a thumb")
+    comment: str | None = Field(None, description='The closing rating\'s comment ("" when none); null for a thumb')
+    ratedAt: str
+
+
+RATE = (
+    "The customer's thumb on one answer (`turnId` of a turn of this conversation that completed with an answer) "
+    "or their closing rating of the conversation (`score` 1..5, `comment` of at most 500 characters, stripped): "
+    "exactly one of the two forms, no other property (400). Idempotent per turn: the same thumb again leaves one "
+    "rating, a changed one replaces it; a second closing rating replaces the first. 404: not the caller's "
+    "conversation, or an unknown or unanswered turn. At most RATINGS_PER_MINUTE per customer per minute "
+    "(429 `rate_limited`). Erased with the conversation."
+)
+
+
+@router.post(
+    "/api/conversations/<conversation_id>/rating",
+    summary="Rate an answer (thumb) or the whole conversation (score)",
+    description=RATE,
+    responses=responses(RatingView, 400, 401, 403, 404, 429),
+    tags=["customer"],
+)
+def rate(conversation_id: str, body: ThumbBody | ClosingBody) -> dict[str, Any]:
+    """Counted before any read, as a read is. The limiter and the store are plain objects on the process's client,
+    built per request (no AWS call); ChatServices may carry them instead."""
+    services = chat_services()
+    customer_id = require_customer(_principal())
+    RateLimiter(
+        client("dynamodb"), services.settings.conversations_table, services.settings.ratings_per_minute, kind="ratings"
+    ).take(customer_id)
+    header = services.conversations.get_header(conversation_id) if CONVERSATION_ID.match(conversation_id) else None
+    if header is None or header.customer_id != customer_id:
+        raise NotFound("conversation not found")
+    store, now = RatingStore(client("dynamodb"), services.settings.conversations_table), utc_now()
+    view: dict[str, Any] = {"conversationId": conversation_id, "turnId": None, "thumb": None, "score": None}
+    if isinstance(body, ThumbBody):
+        turn = services.turns.get(conversation_id, body.turnId)
+        if turn is None or turn.customer_id != customer_id or turn.status != "completed":
+            raise NotFound("turn not found, or it has no answer")
+        thumb = store.put_thumb(conversation_id, body.turnId, body.thumb, now)
+        view.update(turnId=thumb.turn_id, thumb=thumb.thumb, comment=None, ratedAt=thumb.rated_at)
+    else:
+        closing = store.put_closing(conversation_id, body.score, body.comment, now)
+        view.update(score=closing.score, comment=closing.comment, ratedAt=closing.rated_at)
+    store.request_revision(conversation_id, int(time.time()))  # the outcome, if stored already, is derived again
+    return view
 
 
 @router.get("/api/health", summary="Liveness", responses=responses("Health"), tags=["public"])

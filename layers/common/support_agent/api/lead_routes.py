@@ -4,7 +4,7 @@ leads', is api/staff_routes.py; ApprovalsFunction serves both.)"""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
@@ -21,14 +21,17 @@ from support_agent.api.responses import (
     AuditVerification,
     ErasureResult,
 )
-from support_agent.api.route_docs import responses
+from support_agent.api.route_docs import responses, with_csv
 from support_agent.approvals.decisions import Decision
 from support_agent.auth import MAX_CUSTOMER_ID, require_role
+from support_agent.clock import utc_datetime
 from support_agent.errors import InvalidRequest, NotFound
 from support_agent.ids import APPROVAL_ID, CONVERSATION_ID
+from support_agent.reports.reading import DailyReport, daily_report, day_range
+from support_agent.reports.report import to_csv
 from support_agent.store.approvals import ApprovalStatus
 from support_agent.store.audit import AuditRecord as StoredAuditRow
-from support_agent.wiring import lead_services
+from support_agent.wiring import lead_services, rollup_store
 
 router = APIGatewayHttpRouter()
 
@@ -204,3 +207,32 @@ def erase_customer(
     request_id = router.current_event.request_context.request_id or "local"
     report = lead_services().eraser.erase_customer(customer_id, lead, request_id, body.reason if body else None)
     return ErasureResult.of(report)
+
+
+_Day = Annotated[str | None, Query(max_length=10, description="YYYY-MM-DD (UTC)")]
+
+
+@router.get(
+    "/api/reports/daily",
+    summary="Daily outcome reports: resolution, escalation, refunds, hand-offs, ratings, cost",
+    description=(
+        "The stored daily rollups from `from` to `to` (UTC days, both included; default the last 14 days ending "
+        "today; at most 92), counts and the rates computed from them (a rate whose denominator is 0 is null). "
+        "`format=csv`: the same days as a CSV download. Definitions: docs/OPERATIONS.md, Reading the reports."
+    ),
+    responses=with_csv(responses(DailyReport, 400, 401, 403), "reports-daily-<from>-<to>.csv"),
+    tags=_LEAD,
+)
+def reports_daily(
+    from_: Annotated[str | None, Query(alias="from", max_length=10, description="YYYY-MM-DD (UTC)")] = None,
+    to: _Day = None,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+) -> Response[Any]:
+    _lead()
+    start, end = day_range(from_, to, utc_datetime().date())
+    report = daily_report(rollup_store(), start, end)
+    body = report.model_dump(mode="json")
+    if format == "csv":
+        disposition = f'attachment; filename="reports-daily-{start}-{end}.csv"'
+        return Response(200, "text/csv; charset=utf-8", to_csv(body["days"]), {"Content-Disposition": disposition})
+    return Response(200, JSON, body)

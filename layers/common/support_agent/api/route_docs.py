@@ -65,6 +65,20 @@ def responses(
     return out
 
 
+def with_csv(declared: dict[int, Any], filename: str) -> dict[int, Any]:
+    """``declared`` whose 200 is also a CSV download (a report's ``format=csv``): ``text/csv`` with its
+    Content-Disposition."""
+    ok = declared[200]
+    ok["content"]["text/csv"] = {"schema": {"type": "string"}}
+    ok["headers"] = {
+        "Content-Disposition": {
+            "description": f"With format=csv: attachment; filename={filename}",
+            "schema": {"type": "string"},
+        }
+    }
+    return declared
+
+
 def documented(declared: Mapping[int, Any]) -> dict[int, Any]:
     """``declared`` with each named model replaced by its class from api/responses.py."""
     models = import_module("support_agent.api.responses")

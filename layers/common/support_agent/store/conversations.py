@@ -16,6 +16,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from support_agent.audit.chain import Head
+from support_agent.clock import parse_iso
 from support_agent.errors import Conflict, LeaseHeld, NotFound
 from support_agent.messages import Block, Message, Usage
 from support_agent.store.audit import AuditRecord
@@ -39,6 +40,14 @@ LEASE_HELD = "lease_owner = :owner"
 BOT_ANSWERS = "attribute_not_exists(answerer)"
 """No person answers the conversation (store/takeover.py): the condition of a turn's write-ahead, so a model's
 answer that arrives after a claim is never stored."""
+QUIET_SECONDS = 1800
+"""How long a conversation stays without activity before its outcome is derived (OUTCOME_QUIET_MINUTES)."""
+
+
+def quiet_marks(now: str, quiet_seconds: int) -> dict[str, Any]:
+    """The header's marks of activity at ``now``: its outcome is due once it has been quiet for ``quiet_seconds``
+    (the sparse ``outcomes_due`` index, docs/OUTCOMES.md). Every write that is activity sets them."""
+    return {"outcome_due": "1", "quiet_check_at": int(parse_iso(now).timestamp()) + quiet_seconds}
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,11 @@ class Header:
     answerer: str | None = None
     handback_note: str | None = None
     handback_by: str | None = None
+    # Its outcome (docs/OUTCOMES.md): every hand-off it ever had, when its outcome is next checked (epoch seconds,
+    # 0 when none is due) and when one was first stored.
+    handoff_ids: tuple[str, ...] = ()
+    quiet_check_at: int = 0
+    outcome_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,14 +110,20 @@ def _header(values: dict[str, Any]) -> Header:
         answerer=values.get("answerer"),
         handback_note=values.get("handback_note"),
         handback_by=values.get("handback_by"),
+        handoff_ids=tuple(sorted(values.get("handoff_ids") or ())),
+        quiet_check_at=int(values.get("quiet_check_at") or 0) if values.get("outcome_due") else 0,
+        outcome_at=values.get("outcome_at"),
     )
 
 
 class ConversationStore:
-    def __init__(self, client: DynamoDBClient, table: str, audit_table: str = "") -> None:
+    def __init__(
+        self, client: DynamoDBClient, table: str, audit_table: str = "", quiet_seconds: int = QUIET_SECONDS
+    ) -> None:
         self._db = client
         self._table = table
         self._audit_table = audit_table  # where `append`'s audit rows go
+        self._quiet_seconds = quiet_seconds  # a stored message marks the conversation active (`quiet_marks`)
 
     def _key(self, conversation_id: str, seq: int = 0) -> dict[str, Any]:
         return to_item(self._plain_key(conversation_id, seq))
@@ -327,8 +347,8 @@ class ConversationStore:
             item.update(author=message.author, author_name=message.author_name)
         return put_new(self._table, item, "seq")
 
-    @staticmethod
     def _new_header(
+        self,
         conversation_id: str,
         create: Header,
         owner: str,
@@ -353,6 +373,7 @@ class ConversationStore:
             "cache_read_input_tokens": usage.cache_read_input_tokens,
             "cache_creation_input_tokens": usage.cache_creation_input_tokens,
             "title": title,
+            **quiet_marks(now, self._quiet_seconds),
         }
 
     def _advance(
@@ -369,8 +390,11 @@ class ConversationStore:
     ) -> list[dict[str, Any]]:
         """The header's update under the lease (the next seq, the token totals, a first title) with ``write``'s
         rows on the conversation's stream."""
-        sets = ["next_seq = :next", "updated_at = :now"]
+        sets = ["next_seq = :next", "updated_at = :now", "outcome_due = :due", "quiet_check_at = :quiet"]
+        marks = quiet_marks(now, self._quiet_seconds)
         values: dict[str, Any] = {
+            ":due": marks["outcome_due"],
+            ":quiet": marks["quiet_check_at"],
             ":owner": owner,
             ":next": next_seq,
             ":now": now,

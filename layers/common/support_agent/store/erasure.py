@@ -6,7 +6,8 @@ a valid Messages API sequence, so the customer can keep using the conversation. 
 ``[erased]``, tool inputs ``{}``, tool results ``[erased]``; block types, ids and order are kept,
 so every ``tool_use`` is still answered. Thinking blocks are dropped (their signatures would no
 longer match). Audit rows are never touched (the writing roles cannot). A conversation's proposals lose their
-input and summary (an address they would have set), and its turn records and notifications their data.
+input and summary (an address they would have set), its turn records and notifications their data, its ratings
+their thumbs, score and comment, and its stored outcome its rating figures (zeroed, ``ratings_erased_at``).
 
 Each conversation is erased under its lease, taken through ``ConversationStore`` as a turn takes
 it, so a turn in progress is never erased underneath (``LeaseHeld``: it is skipped and reported;
@@ -33,9 +34,10 @@ from support_agent.messages import Block
 from support_agent.store.audit import AuditRecord
 from support_agent.store.audited_write import AuditedWrite
 from support_agent.store.conversations import ConversationStore
-from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as
+from support_agent.store.dynamo import CONDITION_FAILED, DynamoDBClient, cancellation_as, to_item, to_values, update_if
 from support_agent.store.notifications import NotificationStore
 from support_agent.store.proposals import ProposalStore
+from support_agent.store.ratings import RatingStore
 from support_agent.store.turns import TurnStore
 
 ERASED = "[erased]"
@@ -170,6 +172,7 @@ class ConversationEraser:
             for note in notes.of(conversation_id):
                 self.client.update_item(**notes.erasure_update(conversation_id, note.n, self.now()))
             self._erase_proposals(customer_id, conversation_id)
+            self._erase_ratings(conversation_id)
             # The header loses its title (it quotes the first message) and is marked erased as the lease goes.
             self.store.release_lease(conversation_id, request.owner, erased_at=self.now())
             messages += count
@@ -201,6 +204,21 @@ class ConversationEraser:
         for item in proposals.list(customer_id, conversation_id):
             if item.summary != ERASED:
                 self.client.update_item(**proposals.erasure_update(item, ERASED, self.now()))
+
+    def _erase_ratings(self, conversation_id: str) -> None:
+        """The customer's thumbs, score and comment go, and so do the stored outcome's rating figures (later rollups
+        count no rating of an erased customer); still under the lease. An outcome not stored yet is derived later,
+        from the erased ratings."""
+        now = self.now()
+        RatingStore(self.client, self.conversations_table).erase(conversation_id, now)
+        update_if(
+            self.client,
+            TableName=self.conversations_table,
+            Key=to_item({"conversation_id": f"outcome#{conversation_id}", "seq": 0}),
+            UpdateExpression="SET thumbs_up = :zero, thumbs_down = :zero, score = :zero, ratings_erased_at = :now",
+            ConditionExpression="attribute_exists(conversation_id)",
+            ExpressionAttributeValues=to_values({":zero": 0, ":now": now}),
+        )
 
     def _chunk_items(
         self, conversation_id: str, request: _Request, chunk: list[tuple[int, list[Block]]], head: Head

@@ -243,12 +243,16 @@ class HandoffStore:
                 "Update": {
                     "TableName": self._conversations,
                     "Key": to_item({"conversation_id": holder or conversation_id, "seq": 0}),
-                    "UpdateExpression": "SET open_handoff_id = :h",
+                    # A conversation's header keeps every hand-off it ever had (its outcome reads them:
+                    # outcomes/facts.py); an MCP holder names the open one only.
+                    "UpdateExpression": "SET open_handoff_id = :h" + ("" if holder else " ADD handoff_ids :ids"),
                     # the conversation's header must exist; an MCP holder is created by its first ticket
                     "ConditionExpression": "attribute_not_exists(open_handoff_id)"
                     if holder
                     else "attribute_exists(conversation_id) AND attribute_not_exists(open_handoff_id)",
-                    "ExpressionAttributeValues": to_values({":h": ticket.handoff_id}),
+                    "ExpressionAttributeValues": to_values(
+                        {":h": ticket.handoff_id} | ({} if holder else {":ids": {ticket.handoff_id}})
+                    ),
                 }
             },
         ]

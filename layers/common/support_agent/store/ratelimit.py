@@ -3,10 +3,10 @@
 The counters live in the Conversations table (no extra table, and the chat role already holds
 UpdateItem there) under ``conversation_id = "rate#<customer_id>#<epoch minute>"`` for chat turns and
 ``"rate#reads#<customer_id>#<epoch minute>"`` for conversation reads (``rate#mcp#…`` for MCP tool
-calls), ``seq = 0``: separate keys, so reading a conversation never costs a turn. A counter carries
-neither ``customer_id`` nor ``updated_at``, so the ``by_customer`` index (the conversation list) never
-sees it, and ``expires_at`` lets the table's TTL remove it. One conditional ``ADD`` both checks and
-counts, so concurrent requests cannot overshoot the limit.
+calls, ``rate#ratings#…`` for customer ratings), ``seq = 0``: separate keys, so reading a conversation never
+costs a turn. A counter carries neither ``customer_id`` nor ``updated_at``, so the ``by_customer`` index (the
+conversation list) never sees it, and ``expires_at`` lets the table's TTL remove it. One conditional ``ADD`` both
+checks and counts, so concurrent requests cannot overshoot the limit.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ KEY_PREFIX = "rate#"
 # How long a window's counter outlives the window (TTL deletes lazily, within days; reads never see it).
 KEEP_SECONDS = 3600
 
-Kind = Literal["turns", "reads", "mcp"]
-_SCOPE: dict[Kind, str] = {"turns": "", "reads": "reads#", "mcp": "mcp#"}
+Kind = Literal["turns", "reads", "mcp", "ratings"]
+_SCOPE: dict[Kind, str] = {"turns": "", "reads": "reads#", "mcp": "mcp#", "ratings": "ratings#"}
 
 
 def counter_key(customer_id: int | str, minute: int, kind: Kind = "turns") -> str:

@@ -31,7 +31,7 @@ from support_agent.auth import Principal
 from support_agent.clock import parse_iso
 from support_agent.errors import Conflict, IdempotencyKeyReused, LeaseHeld, NotFound, NotPermitted
 from support_agent.store.audited_write import AuditedWrite
-from support_agent.store.conversations import LEASE_FREE, ConversationStore, StoredMessage
+from support_agent.store.conversations import LEASE_FREE, QUIET_SECONDS, ConversationStore, StoredMessage, quiet_marks
 from support_agent.store.dynamo import (
     DynamoDBClient,
     cancellation_codes,
@@ -83,11 +83,17 @@ class _Move:
 
 class Takeover:
     def __init__(
-        self, client: DynamoDBClient, approvals_table: str, conversations_table: str, audit_table: str
+        self,
+        client: DynamoDBClient,
+        approvals_table: str,
+        conversations_table: str,
+        audit_table: str,
+        quiet_seconds: int = QUIET_SECONDS,
     ) -> None:
         self._db = client
         self._tickets = HandoffStore(client, approvals_table, conversations_table, audit_table)
         self._conversations = ConversationStore(client, conversations_table, audit_table)
+        self._quiet_seconds = quiet_seconds  # a reply is activity: the conversation's outcome waits (quiet_marks)
         self._notes = NotificationStore(client, conversations_table)
         self._approvals = approvals_table
         self._table = conversations_table
@@ -238,6 +244,7 @@ class Takeover:
         self, ticket: Handoff, message: StoredMessage, seq: int, now: str, key: str | None, print_: str
     ) -> list[dict[str, Any]]:
         cid = str(ticket.conversation_id)
+        marks = quiet_marks(now, self._quiet_seconds)
         row = ticket.audit_row(
             "handoff_reply", message.author or "", "SENT", now, {**digest(_text(message)), "seq": seq}
         )
@@ -255,7 +262,8 @@ class Takeover:
                 "Update": {
                     "TableName": self._table,
                     "Key": to_item({"conversation_id": cid, "seq": 0}),
-                    "UpdateExpression": "SET next_seq = :next, updated_at = :at",
+                    "UpdateExpression": "SET next_seq = :next, updated_at = :at, outcome_due = :due, "
+                    "quiet_check_at = :quiet",
                     # no turn holds the lease: a reply never lands between a turn's steps
                     "ConditionExpression": f"next_seq = :seq AND answerer = :p AND open_handoff_id = :h AND "
                     f"{LEASE_FREE}",
@@ -267,6 +275,8 @@ class Takeover:
                             ":p": person(message.author or ""),
                             ":h": ticket.handoff_id,
                             ":now": _epoch(now),  # LEASE_FREE's: epoch seconds
+                            ":due": marks["outcome_due"],
+                            ":quiet": marks["quiet_check_at"],
                         }
                     ),
                 }
