@@ -227,6 +227,7 @@
         openDone();
         setConversationId(id);
         resetConversationView();
+        showSavedRatings((r.data && r.data.ratings) || null);
         renderHistory((r.data && r.data.messages) || []);
         renderProposals((r.data && r.data.proposals) || [], true);
         renderRefunds((r.data && r.data.refunds) || []);
@@ -270,6 +271,7 @@
           turns.push(turn);
         }
         if (m.text) turn.texts.push(m.text);
+        if (m.turnId) turn.turnId = m.turnId; // the turn a thumb on this answer names
         if (!m.toolCalls) turn.quiet = true; // TRANSPARENCY=quiet: the view carries no tool calls
         turn.iterations.push({ iteration: turn.iterations.length + 1, stopReason: null, toolCalls: m.toolCalls || [] });
       }
@@ -289,6 +291,7 @@
       var replyEl = appendReply(
         {
           reply: t.texts.join("\n\n"),
+          rateTurnId: t.texts.length ? t.turnId : null,
           iterations: t.iterations.length,
           trace: t.quiet ? null : t.iterations,
         },
@@ -417,7 +420,7 @@
       h("div", { class: "message-text reply-text" }, r.reply || h("em", { class: "muted" }, "(no text)")),
       metaList,
       traceLink,
-      r.turnId && !fromHistory ? thumbControls(r.turnId) : null
+      fromHistory ? (r.rateTurnId ? thumbControls(r.rateTurnId) : null) : r.turnId ? thumbControls(r.turnId) : null
     );
     return el;
   }
@@ -483,6 +486,18 @@
         error.hidden = false;
       }
     );
+  }
+
+  /** The ratings the customer gave this conversation before (its view's `ratings`): thumbs pressed, the score said. */
+  function showSavedRatings(ratings) {
+    if (!ratings) return;
+    Object.keys(ratings.thumbs || {}).forEach(function (turnId) {
+      state.thumbs[turnId] = ratings.thumbs[turnId];
+    });
+    if (ratings.closing) {
+      $("closing").setAttribute("data-score", String(ratings.closing.score));
+      $("closing-status").textContent = "You rated this conversation " + ratings.closing.score + " of 5.";
+    }
   }
 
   function resetClosing() {

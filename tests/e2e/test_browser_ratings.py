@@ -86,5 +86,25 @@ def test_dana_rates_each_answer_and_the_conversation(
     (closing,) = [i for i in items if i["seq"]["N"] == "0"]
     assert (closing["score"]["N"], closing["comment"]["S"]) == ("2", "The second answer missed my question.")
     assert len(items) == 3
+
+    # ---- opened again (a reload reopens the remembered conversation): the ratings given are shown as given
+    chat.reload()
+    if chat.locator("#signin-customer-7").is_visible():
+        chat.click("#signin-customer-7")
+    expect(chat.locator(".reply")).to_have_count(2, timeout=REPLY_TIMEOUT_MS)
+    for n, pressed in ((0, "down"), (1, "down")):
+        reply = chat.locator(".reply").nth(n)
+        expect(reply.locator(f"button.thumb-{pressed}")).to_have_attribute("aria-pressed", "true")
+        expect(reply.locator("button.thumb-up")).to_have_attribute("aria-pressed", "false")
+    expect(chat.locator("#closing")).to_have_attribute("data-score", "2")
+    expect(chat.locator("#closing-status")).to_contain_text("2 of 5")
+    with chat.expect_response(is_rating) as rated:  # a thumb on a reopened answer names its turn
+        chat.locator(".reply").nth(1).locator("button.thumb-up").click()
+    assert rated.value.status == 200, rated.value.text()
+    assert {i["turn_id"]["S"]: i["thumb"]["S"] for i in rating_items(local_stack, conversation_id) if "thumb" in i} == {
+        turns[0]: "down",
+        turns[1]: "up",
+    }
+    screenshot(chat, "03-reopened")
     watch.settle(chat)
     assert watch.errors == [], watch.errors

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from support_agent.store.handoffs import HandoffStore
     from support_agent.store.polls import PollSlots
     from support_agent.store.ratelimit import RateLimiter
+    from support_agent.store.ratings import RatingStore
     from support_agent.store.takeover import Takeover
     from support_agent.store.turns import TurnStore
     from support_agent.tools.registry import ToolRegistry, ToolSource
@@ -94,6 +95,9 @@ class ChatServices:
     turns: TurnStore  # turn records and idempotency keys (store/turns.py)
     # The customer's Confirm and Decline of a proposed action (actions/proposals.py): the routes call it.
     proposals: ProposalDesk
+    # The customer's ratings (store/ratings.py) and their own per-minute limit.
+    ratings: RatingStore
+    rating_limiter: RateLimiter
     sqs: Any = None  # the hand-over's queue client (lazy: most turns never need it)
 
 
@@ -268,6 +272,7 @@ def build_chat_services(
     from support_agent.store.conversations import ConversationStore
     from support_agent.store.customer_data import CustomerDataStore
     from support_agent.store.ratelimit import RateLimiter
+    from support_agent.store.ratings import RatingStore
     from support_agent.store.turns import TurnStore
 
     ddb = client("dynamodb") if ddb is None else ddb
@@ -295,6 +300,8 @@ def build_chat_services(
         turns=TurnStore(ddb, settings.conversations_table),
         sqs=sqs,
         proposals=kit.proposals,
+        ratings=RatingStore(ddb, settings.conversations_table),
+        rating_limiter=RateLimiter(ddb, settings.conversations_table, settings.ratings_per_minute, kind="ratings"),
     )
 
 

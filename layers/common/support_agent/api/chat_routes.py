@@ -26,10 +26,9 @@ from support_agent.errors import InvalidRequest, NotFound, TooLarge
 from support_agent.ids import CONVERSATION_ID
 from support_agent.messages import NOT_BLANK, Deadline
 from support_agent.refunds.vocabulary import customer_status
-from support_agent.store.ratelimit import RateLimiter
-from support_agent.store.ratings import COMMENT_MAX_CHARS, RatingStore
+from support_agent.store.ratings import COMMENT_MAX_CHARS
 from support_agent.store.turns import IDEMPOTENCY_KEY, TURN_ID, Turn
-from support_agent.wiring import ChatServices, chat_services, client
+from support_agent.wiring import ChatServices, chat_services
 
 router = APIGatewayHttpRouter()
 
@@ -207,7 +206,8 @@ def get_conversation(conversation_id: str) -> dict[str, Any]:
     ]
     verbose, now = services.settings.transparency == "verbose", utc_now()
     proposals = [proposal_view(p, now, tools=verbose) for p in services.proposals.list(customer_id, conversation_id)]
-    return conversation_view(header, messages, refunds, tools=verbose, proposals=proposals)
+    ratings = services.ratings.ratings(conversation_id)
+    return conversation_view(header, messages, refunds, tools=verbose, proposals=proposals, ratings=ratings)
 
 
 def _refund_summary(services: ChatServices, row: dict[str, Any]) -> dict[str, Any]:
@@ -321,17 +321,14 @@ RATE = (
     tags=["customer"],
 )
 def rate(conversation_id: str, body: ThumbBody | ClosingBody) -> dict[str, Any]:
-    """Counted before any read, as a read is. The limiter and the store are plain objects on the process's client,
-    built per request (no AWS call); ChatServices may carry them instead."""
+    """Counted before any read, as a read is."""
     services = chat_services()
     customer_id = require_customer(_principal())
-    RateLimiter(
-        client("dynamodb"), services.settings.conversations_table, services.settings.ratings_per_minute, kind="ratings"
-    ).take(customer_id)
+    services.rating_limiter.take(customer_id)
     header = services.conversations.get_header(conversation_id) if CONVERSATION_ID.match(conversation_id) else None
     if header is None or header.customer_id != customer_id:
         raise NotFound("conversation not found")
-    store, now = RatingStore(client("dynamodb"), services.settings.conversations_table), utc_now()
+    store, now = services.ratings, utc_now()
     view: dict[str, Any] = {"conversationId": conversation_id, "turnId": None, "thumb": None, "score": None}
     if isinstance(body, ThumbBody):
         turn = services.turns.get(conversation_id, body.turnId)

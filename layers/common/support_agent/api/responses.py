@@ -220,6 +220,7 @@ class ConversationMessage(_Shape):
     author: str | None = Field(None, description="role person: the teammate's display name")
     createdAt: str
     text: str
+    turnId: str | None = Field(None, description="The turn that stored it (a thumb names it); absent on older ones")
     toolCalls: list[MessageToolCall] | None = Field(None, description="Only when TRANSPARENCY=verbose")
 
 
@@ -257,6 +258,18 @@ class ProposalView(_Shape):
     input: Any = Field(None, description="The action's input (snake_case); only when TRANSPARENCY=verbose")
 
 
+class ClosingRating(_Shape):
+    score: int
+    comment: str
+
+
+class ConversationRatings(_Shape):
+    """The customer's own ratings of this conversation (POST …/rating), erased ones left out."""
+
+    thumbs: dict[str, Literal["up", "down"]] = Field(..., description="turn id -> the thumb given its answer")
+    closing: ClosingRating | None
+
+
 class ConversationView(_Shape):
     """A reader's view: text and (verbose only) tool calls, fences removed, with the refunds raised in it and the
     actions proposed in it."""
@@ -266,6 +279,7 @@ class ConversationView(_Shape):
     messages: list[ConversationMessage]
     refunds: list[RefundSummary]
     proposals: list[ProposalView]
+    ratings: ConversationRatings
 
 
 class Health(_Shape):

@@ -6,6 +6,7 @@ from typing import Any
 
 from support_agent.agent.untrusted import unfence
 from support_agent.store.conversations import Header, StoredMessage
+from support_agent.store.ratings import Ratings
 from support_agent.store.turns import Turn
 
 # What TRANSPARENCY=quiet hides (QUIET_HIDES) is declared once, in feed.py, beside the feed that applies it field by
@@ -32,11 +33,13 @@ def conversation_view(
     *,
     tools: bool,
     proposals: list[dict[str, Any]] | None = None,
+    ratings: Ratings | None = None,
 ) -> dict[str, Any]:
     """The conversation as its owner reads it. ``tools`` (TRANSPARENCY=verbose) adds each message's tool calls
     with their name, input and result; quiet leaves them out (a call is QUIET_HIDES and isError), as the chat
     answer leaves out its trace. The refunds and the proposals (`proposal_view`) stay either way: they are the
-    customer's own money and decisions, not tool data."""
+    customer's own money and decisions, not tool data. ``ratings`` (store/ratings.py `Ratings`): the customer's own
+    thumbs and closing rating, so a page opened again shows what was given (each message names its turn)."""
     results: dict[str, dict[str, Any]] = {}
     for m in messages:
         for b in m.content:
@@ -48,6 +51,8 @@ def conversation_view(
         if m.role == "user" and not text:
             continue  # a message of tool results only: shown with the calls it answers
         entry: dict[str, Any] = {"seq": m.seq, "role": m.role, "createdAt": m.created_at, "text": text}
+        if m.turn_id:
+            entry["turnId"] = m.turn_id
         if m.role == "person":  # a support teammate's reply (store/takeover.py): who wrote it, as the customer sees it
             entry["author"] = m.author_name or m.author
         if tools:
@@ -61,6 +66,15 @@ def conversation_view(
         "messages": out,
         "refunds": refunds,
         "proposals": proposals or [],
+        "ratings": _ratings(ratings),
+    }
+
+
+def _ratings(ratings: Ratings | None) -> dict[str, Any]:
+    closing = ratings.closing if ratings is not None else None
+    return {
+        "thumbs": dict(ratings.thumbs) if ratings is not None else {},
+        "closing": {"score": closing.score, "comment": closing.comment} if closing is not None else None,
     }
 
 
