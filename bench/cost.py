@@ -17,6 +17,12 @@ request units by item size, SQS and SNS requests, S3, anything else. Every invoc
 state transitions come from the executions' histories. Each scenario ends when nothing has run for
 ``QUIET`` seconds. One scheduled run of each swept function gives the stack's fixed cost.
 
+Then what a conversation's outcome and the daily rollup cost (issue 35): ``OUTCOME_EXTRA`` more read-only
+conversations, every conversation's quiet check left to pass (the stack deploys ``ConversationQuietMinutes=1``),
+one rollup run, one outcome sweep over them all, one rollup run again; scaled to 1,000 conversations by
+`per_thousand` (the sweep is linear in the conversations it finds; the rollup's reads grow with the outcome
+items its Queries return, per the items' size on the index).
+
 Prices (bench/aws_prices.json: us-east-1, on-demand, the date and the pages they come from) are applied when the
 report is written (`price`), with the model's list price from support_agent/pricing.py. Lambda is billed for
 the time a function waits on the model, which the simulated model does not take: the model's time per turn is
@@ -36,6 +42,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench.cost_probe import READ_BLOCK
 from bench.env import ROOT, run_module
 
 PRICES = ROOT / "bench" / "aws_prices.json"
@@ -48,7 +55,19 @@ SCHEDULED = {  # function: runs per 30-day month (the template's Schedule rates)
     "PaymentSweepFunction": 30 * 24 * 12,
     "ApprovalSweepFunction": 30 * 24 * 4,
     "ReconcileFunction": 30,
+    "OutcomeSweepFunction": 30 * 24 * 12,
+    "DailyRollupFunction": 30 * 24,
 }
+SWEEP, ROLLUP = "OutcomeSweepFunction", "DailyRollupFunction"
+# A one-minute quiet (also make dev's default) so the conversations' outcomes come within the run; the turn limit
+# raised so the extra conversations are not refused (it changes no request a turn makes).
+PARAMETERS = {"ConversationQuietMinutes": "1", "TurnsPerMinute": "1000"}
+OUTCOME_EXTRA = 10  # read-only conversations played for the outcome sweep, beside the scenarios' six
+CONVERSATIONS = 1000  # the outcome figures are per this many conversations
+ROLLUP_RUNS_PER_DAY = 24  # rate(1 hour)
+# Each hourly run reads yesterday's outcome items whole and today's so far: half a day's on average.
+DAYS_READ_PER_RUN = 1.5
+QUERY_PAGE = 1024 * 1024  # a Query returns at most 1 MB: each further MB of a day's items is one more request
 READ_ONLY = "Where is my order 1042, and what did you bill me for it?"
 SEED = "Where is my order 1042? Also refund it."
 
@@ -140,6 +159,60 @@ def _counts(scenario: dict[str, Any]) -> dict[str, float]:
         c["secrets"] += f["secrets"]
     c["transitions"] += scenario.get("transitions", 0)
     return c
+
+
+def run_totals(functions: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """A measured window's AWS requests, request units, invocations and seconds over every function it reached."""
+    return {
+        "requests": sum(sum(f["requests"].values()) for f in functions.values()),
+        "rru": sum(f["rru"] for f in functions.values()),
+        "wru": sum(f["wru"] for f in functions.values()),
+        "invocations": sum(f["invocations"] for f in functions.values()),
+        "seconds": sum(f["seconds"] for f in functions.values()),
+    }
+
+
+_FIGURES = ("invocations", "seconds", "rru", "wru", "sqs", "sns", "s3_put", "s3_get", "secrets")
+
+
+def scaled(
+    functions: dict[str, dict[str, Any]], factor: float, minus: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each function's figures less ``minus``'s (a run that found nothing: the part that does not grow), times
+    ``factor``; never below zero (a warm run can be quicker than the empty one it is compared with)."""
+    out: dict[str, dict[str, Any]] = {}
+    for fn, f in functions.items():
+        base = (minus or {}).get(fn, {})
+        row = {k: max(0.0, f.get(k, 0) - base.get(k, 0)) * factor for k in _FIGURES}
+        asked = base.get("requests", {})
+        row["requests"] = {op: max(0.0, n - asked.get(op, 0)) * factor for op, n in f["requests"].items()}
+        out[fn] = row
+    return out
+
+
+def outcome_item_rru(outcomes: dict[str, Any]) -> float:
+    """Read units per outcome item a rollup Query returns: its mean size on the index per 4 KB, halved (the
+    Query is eventually consistent). At 1,000 items a day the rounding to whole 4 KB blocks vanishes."""
+    return outcomes["outcome_bytes"] / outcomes["outcome_items"] / READ_BLOCK * 0.5
+
+
+def per_thousand(outcomes: dict[str, Any], empty_sweep: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """The outcome sweep's and the daily rollup's functions scaled to ``CONVERSATIONS`` conversations a day.
+
+    * sweep: (the run over n conversations - a run that found none) * CONVERSATIONS / n;
+    * rollup, a day of runs: ROLLUP_RUNS_PER_DAY * the run after the sweep, its reads replaced by
+      ROLLUP_RUNS_PER_DAY * (the run before the sweep: no outcome item) + ROLLUP_RUNS_PER_DAY * DAYS_READ_PER_RUN
+      * CONVERSATIONS * `outcome_item_rru`, plus a Query request per further MB of items read.
+    """
+    n, item = outcomes["conversations"], outcome_item_rru(outcomes)
+    sweep = scaled(outcomes["sweep"], CONVERSATIONS / n, empty_sweep)
+    rollup = scaled(outcomes["rollup_after"], ROLLUP_RUNS_PER_DAY)
+    items_read = ROLLUP_RUNS_PER_DAY * DAYS_READ_PER_RUN * CONVERSATIONS
+    r = rollup[ROLLUP]
+    r["rru"] = ROLLUP_RUNS_PER_DAY * outcomes["rollup_before"][ROLLUP]["rru"] + items_read * item
+    pages = int(items_read * outcomes["outcome_bytes"] / outcomes["outcome_items"] // QUERY_PAGE)
+    r["requests"]["dynamodb:Query"] = r["requests"].get("dynamodb:Query", 0) + pages
+    return {"sweep": sweep, "rollup": rollup, "rru_per_item": item, "items_read": items_read}
 
 
 # -- the child: the local stack, the scenarios, the counts ----------------------------------------------------
@@ -300,6 +373,11 @@ class Client:
         self.recorder.wait_quiet()
         return _scenario("read-only turn", " → answer", body, self.recorder.since(mark))
 
+    def converse(self) -> None:
+        """A new conversation's read-only turn, not measured: one more conversation for the outcome sweep."""
+        r = self.http.post("/api/chat", json={"conversationId": None, "message": READ_ONLY}, headers=self.customer)
+        assert r.status_code == 200, r.text
+
     def ask_refund(self, order: int) -> tuple[dict[str, Any], str]:
         """A turn asking for a refund over the threshold: its answer and the approval it opened, once quiet."""
         message = SEED.replace("1042", str(order))
@@ -370,8 +448,89 @@ class Client:
         )
 
 
-def child(out_path: str) -> None:
+def _invoke(local: Any, recorder: Recorder, fn: str) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """One scheduled run of ``fn``: its answer, and every function it reached until the stack is quiet again."""
     from devstack.events import scheduled_event
+
+    mark = recorder.mark()
+    result = local.pools[fn].invoke(scheduled_event(fn, "us-east-1"))
+    recorder.wait_quiet()
+    return result, recorder.since(mark)
+
+
+def _query_all(ddb: Any, **query: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    while True:
+        out = ddb.query(**query)
+        items.extend(out.get("Items", []))
+        if "LastEvaluatedKey" not in out:
+            return items
+        query["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def _wait_until_due(ddb: Any, table: str, limit: float = 90.0) -> tuple[int, float]:
+    """Sleeps until every header waiting for its outcome is due: (how many, seconds waited)."""
+    headers = _query_all(
+        ddb,
+        TableName=table,
+        IndexName="outcomes_due",
+        KeyConditionExpression="outcome_due = :one",
+        ExpressionAttributeValues={":one": {"S": "1"}},
+    )
+    wait = max(int(h["quiet_check_at"]["N"]) for h in headers) + 1 - time.time()
+    assert wait <= limit, f"a quiet check {wait:.0f} s away: ConversationQuietMinutes is not 1"
+    time.sleep(max(0.0, wait))
+    return len(headers), max(0.0, wait)
+
+
+def _outcome_items(ddb: Any, table: str) -> tuple[int, int]:
+    """The outcome items the rollup's Queries return (today's and yesterday's, UTC): (how many, bytes in all)."""
+    from datetime import UTC, datetime, timedelta
+
+    from bench.calls import item_size
+
+    today = datetime.now(UTC).date()
+    items = [
+        item
+        for day in (today - timedelta(days=1), today)
+        for item in _query_all(
+            ddb,
+            TableName=table,
+            IndexName="outcomes_by_day",
+            KeyConditionExpression="quiet_day = :d",
+            ExpressionAttributeValues={":d": {"S": day.isoformat()}},
+        )
+    ]
+    return len(items), sum(item_size(i) for i in items)
+
+
+def outcomes(local: Any, client: Client, recorder: Recorder) -> dict[str, Any]:
+    """``OUTCOME_EXTRA`` more conversations; once all are quiet, a rollup run (no outcome item yet), the outcome
+    sweep over them all, a rollup run again; and the outcome items' size on the index."""
+    for _ in range(OUTCOME_EXTRA):
+        client.converse()
+    recorder.wait_quiet()
+    table = local.stack.physical_ids["ConversationsTable"]
+    due, waited = _wait_until_due(client.ddb, table)
+    _, before = _invoke(local, recorder, ROLLUP)
+    summary, sweep = _invoke(local, recorder, SWEEP)
+    _, after = _invoke(local, recorder, ROLLUP)
+    items, size = _outcome_items(client.ddb, table)
+    assert summary["stored"] == due == items, (summary, due, items)
+    return {
+        "conversations": summary["stored"],
+        "final": summary["final"],
+        "outcomes": summary["outcomes"],
+        "waited_seconds": waited,
+        "sweep": sweep,
+        "rollup_before": before,
+        "rollup_after": after,
+        "outcome_items": items,
+        "outcome_bytes": size,
+    }
+
+
+def child(out_path: str) -> None:
     from devstack.local import start
 
     recorder = Recorder(Path(tempfile.mkdtemp(prefix="bench-cost-calls-")))
@@ -379,20 +538,19 @@ def child(out_path: str) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "STRIPE_"))}
     for name in ("SIMULATED_MODEL_DELAY_SECONDS", "LLM_PROVIDER", "TOOL_MODE"):
         environ.pop(name, None)
-    local = start(port=0, moto_port=0, environ=environ, schedule_seconds=86_400)
+    local = start(port=0, moto_port=0, environ=environ, schedule_seconds=86_400, parameters=PARAMETERS)
     try:
         client = Client(local, recorder)
         recorder.wait_quiet()
+        for fn in (SWEEP, ROLLUP):  # their clients built while nothing is due, so the measured runs are warm
+            _invoke(local, recorder, fn)
         # Every function's first invocation builds its clients: played once unmeasured (order 1044 is refundable
         # over the threshold too), so the measured round is what a warm function does.
         client.read_only(), client.seed(1044), client.long()
         scenarios = [client.read_only(), client.seed(1042), client.long()]
-        scheduled = {}
-        for fn in SCHEDULED:  # the fixed cost: one run of each on the quiet stack
-            mark = recorder.mark()
-            local.pools[fn].invoke(scheduled_event(fn, "us-east-1"))
-            recorder.wait_quiet()
-            scheduled[fn] = recorder.since(mark)
+        measured_outcomes = outcomes(local, client, recorder)
+        # The fixed cost: one run of each on the quiet stack (the outcome sweep finds nothing left to do).
+        scheduled = {fn: _invoke(local, recorder, fn)[1] for fn in SCHEDULED}
         resources = local.stack.template["Resources"]
         memory = {
             fn: int(r["Properties"]["MemorySize"])
@@ -400,7 +558,13 @@ def child(out_path: str) -> None:
             if r["Type"] == "AWS::Lambda::Function"
         }
         arch = local.stack.sam_template["Parameters"]["Architecture"]["Default"]
-        out = {"scenarios": scenarios, "scheduled": scheduled, "memory": memory, "architecture": arch}
+        out = {
+            "scenarios": scenarios,
+            "scheduled": scheduled,
+            "outcomes": measured_outcomes,
+            "memory": memory,
+            "architecture": arch,
+        }
         Path(out_path).write_text(json.dumps(out, default=str), encoding="utf-8")
     finally:
         local.stop()
@@ -430,16 +594,33 @@ def measure(feed: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def priced(cost: dict[str, Any], prices: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Every scenario priced, and what one run of each scheduled function costs a month at its rate."""
+    """Every scenario priced, what one run of each scheduled function costs a month at its rate, and (when measured)
+    the outcome sweep and the daily rollup per ``CONVERSATIONS`` conversations."""
     prices = prices or load_prices()
     memory, arch = cost["memory"], cost["architecture"]
     rows = {s["name"]: price(s, prices, memory, arch) for s in cost["scenarios"]}
-    idle = {"usage": {"input_tokens": 0, "output_tokens": 0}, "model_calls": 0, "model_function": ""}
     monthly = {
-        fn: price({**idle, "functions": functions}, prices, memory, arch)["infra"] * SCHEDULED[fn]
+        fn: price(_idle(functions), prices, memory, arch)["infra"] * SCHEDULED[fn]
         for fn, functions in cost["scheduled"].items()
     }
-    return {"scenarios": rows, "monthly": monthly, "prices": prices}
+    out = {"scenarios": rows, "monthly": monthly, "prices": prices}
+    if "outcomes" in cost:
+        scaled_runs = per_thousand(cost["outcomes"], cost["scheduled"].get(SWEEP))
+        out["outcomes"] = {
+            **scaled_runs,
+            "priced": {name: price(_idle(scaled_runs[name]), prices, memory, arch) for name in ("sweep", "rollup")},
+        }
+    return out
+
+
+def _idle(functions: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A run of no turn (no model call), for `price`."""
+    return {
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+        "model_calls": 0,
+        "model_function": "",
+        "functions": functions,
+    }
 
 
 def main(argv: list[str]) -> None:

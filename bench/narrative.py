@@ -505,7 +505,36 @@ does not grow with turns; one run each on a quiet stack is shown, and their read
 The audit chain adds no DynamoDB request: each audit row goes in the transaction of the step it records (its
 bytes are in that transaction's write units), and Lambda reads the table's stream for the audit watcher and
 the sealer at no charge. What the audit trail does add is those two functions' invocations and the sealer's
-S3 writes (their rows above, and the S3 line)."""
+S3 writes (their rows above, and the S3 line).""" + _outcomes(c, p)
+
+
+def _outcomes(c: dict[str, Any], p: dict[str, Any]) -> str:
+    """How the outcomes' and the rollup's cost per 1,000 conversations is measured and scaled (if it was)."""
+    if "outcomes" not in p:
+        return ""
+    from bench.cost import CONVERSATIONS, OUTCOME_EXTRA, ROLLUP, run_totals
+
+    o, scaled = c["outcomes"], p["outcomes"]
+    each = {k: v / CONVERSATIONS for k, v in run_totals(scaled["sweep"]).items()}
+    kinds = ", ".join(f"{n} {name}" for name, n in sorted(o["outcomes"].items()))
+    before, after = o["rollup_before"][ROLLUP]["rru"], o["rollup_after"][ROLLUP]["rru"]
+    return f"""
+
+Outcomes and the daily rollup: the stack deploys `ConversationQuietMinutes=1` (and a turn limit the extra
+conversations do not reach). After the scenarios, {OUTCOME_EXTRA} more read-only conversations; once every
+conversation's quiet check has passed ({o["waited_seconds"]:.0f} s of waiting), one rollup run, one outcome sweep
+over the {o["conversations"]} quiet conversations ({kinds}; {o["final"]} final), and one rollup run again. The
+sweep grows with the conversations it finds: per conversation it costs its run less a run that found none, divided
+by {o["conversations"]} — {each["requests"]:.1f} AWS requests, {each["rru"]:.2f} RRU and {each["wru"]:.2f} WRU —
+times 1,000 in the table. These conversations are one turn each: the sweep reads a conversation's messages whole
+(with its turns, ratings, refunds and proposals), so a longer conversation reads more. A non-final outcome (a
+pending approval or hand-off, an unsettled refund) is derived again every hour for up to 7 days, each time about as
+much again: not counted. The rollup runs every hour whatever the traffic, and each run reads yesterday's outcome
+items whole and today's so far, half a day's on average: a day of C conversations reads 24 × 1.5 × C outcome
+items, each its size on the index per 4 KB, halved. The run before the sweep read {before:g} RRU, the run after it
+{after:g} (the {o["outcome_items"]} items, {o["outcome_bytes"]:,} B, rounded up to whole 4 KB blocks). The day's
+refund ledger rows, approvals and hand-off tickets are read the same way; they are counted as the scenarios left
+them, not scaled with the conversations."""
 
 
 def paths(results: dict[str, Any]) -> str:

@@ -504,6 +504,61 @@ def cost_table(results: dict[str, Any]) -> str:
         )
         + "\n\n**Fixed cost: the scheduled functions on a quiet stack**, USD per 30-day month at their rates\n\n"
         + md(["function", "USD per month"], monthly)
+        + outcomes_table(c, p)
+    )
+
+
+def outcomes_rows(p: dict[str, Any]) -> list[list[Any]]:
+    """The outcome sweep's and the daily rollup's rows per 1,000 conversations, and their sum (bench/cost.py
+    `per_thousand`, priced)."""
+    from bench.cost import CONVERSATIONS, ROLLUP_RUNS_PER_DAY, run_totals
+
+    o = p["outcomes"]
+    named = (
+        ("sweep", f"outcome sweep: {CONVERSATIONS:,} conversations' outcomes derived and stored"),
+        ("rollup", f"daily rollup: a day of {CONVERSATIONS:,} conversations ({ROLLUP_RUNS_PER_DAY} hourly runs)"),
+    )
+    totals = {name: run_totals(o[name]) | {"usd": o["priced"][name]["infra"]} for name, _ in named}
+    rows: list[list[Any]] = [
+        [
+            what,
+            f"{totals[name]['requests']:,.0f}",
+            f"{totals[name]['invocations']:,.0f}",
+            f"{totals[name]['rru']:,.1f}",
+            f"{totals[name]['wru']:,.1f}",
+            f"{totals[name]['usd']:.4f}",
+        ]
+        for name, what in named
+    ]
+    both = {k: sum(t[k] for t in totals.values()) for k in ("requests", "invocations", "rru", "wru", "usd")}
+    rows.append(
+        [
+            "**in all**",
+            f"**{both['requests']:,.0f}**",
+            f"**{both['invocations']:,.0f}**",
+            f"**{both['rru']:,.1f}**",
+            f"**{both['wru']:,.1f}**",
+            f"**{both['usd']:.4f}**",
+        ]
+    )
+    return rows
+
+
+def outcomes_table(c: dict[str, Any], p: dict[str, Any]) -> str:
+    """Empty for a result measured before the outcomes were (BENCH_REPORT_ONLY on an older run's results)."""
+    if "outcomes" not in p:
+        return ""
+    from bench.cost import DAYS_READ_PER_RUN, ROLLUP_RUNS_PER_DAY
+
+    o, scaled = c["outcomes"], p["outcomes"]
+    return (
+        "\n\n**Outcomes and daily rollup per 1,000 conversations** (measured: one outcome sweep over "
+        f"{o['conversations']} quiet conversations on the local stack, less a sweep that found none, scaled; the "
+        f"rollup's reads: {ROLLUP_RUNS_PER_DAY} × its run with no outcome item + {ROLLUP_RUNS_PER_DAY} × "
+        f"{DAYS_READ_PER_RUN:g} days × 1,000 outcome items × {scaled['rru_per_item']:.4f} RRU per item "
+        f"({o['outcome_bytes'] / o['outcome_items']:,.0f} B each on the index ÷ 4 KB, halved: eventually "
+        "consistent); its writes and time: the run after the sweep, per run; USD: AWS only)\n\n"
+        + md(["what", "AWS requests", "Lambda invocations", "RRU", "WRU", "USD"], outcomes_rows(p))
     )
 
 
