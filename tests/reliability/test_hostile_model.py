@@ -26,6 +26,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from support_agent.agent import history as hist
+from support_agent.agent.loop import KeptForPerson
 from support_agent.agent.untrusted import unfence
 from support_agent.contract import status_and_code
 from support_agent.errors import ServiceError
@@ -381,7 +382,12 @@ def run_session(
         try:
             outcome = h.turn("hello", target)
             cid = outcome.conversation_id
-            count("1-hostile-model", turns=1, **{f"stop_{outcome.stop_reason}": 1})
+            if isinstance(outcome, KeptForPerson):  # an earlier step escalated: the message waits for a person
+                assert model.script == list(script), "the model was called for a conversation a person answers"
+                count("1-hostile-model", turns=1, kept_for_person=1)
+                outcome = None
+            else:
+                count("1-hostile-model", turns=1, **{f"stop_{outcome.stop_reason}": 1})
         except ServiceError as exc:  # a contract error (503, 429, 409...): fine, as long as nothing broke
             outcome = exc
             count("1-hostile-model", turns=1, **{f"error_{status_and_code(exc)[1]}": 1})
