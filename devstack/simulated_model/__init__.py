@@ -32,15 +32,16 @@ The rules (stateless: everything comes from the request's messages):
   a polite text saying what it can help with.
 * Tools are only called when the request offers them, never with ``tool_choice`` ``none``.
 
-It also speaks OpenAI chat completions (``POST /v1/chat/completions``, ``Authorization: Bearer``)
-through a translation layer in front of the same rules, so the local stack runs with
-``LLM_PROVIDER=openai`` too (``OPENAI_BASE_URL={url}/v1``), and Bedrock's InvokeModel
-(``POST /model/{modelId}/invoke``, SigV4-signed by boto3) for ``LLM_PROVIDER=bedrock``
+It also speaks OpenAI chat completions (``POST /v1/chat/completions``, ``Authorization: Bearer``; with
+``"stream": true`` as ``chat.completion.chunk`` events) through a translation layer in front of the same
+rules, so the local stack runs with ``LLM_PROVIDER=openai`` too (``OPENAI_BASE_URL={url}/v1``), and
+Bedrock's InvokeModel (``POST /model/{modelId}/invoke``, SigV4-signed by boto3) for ``LLM_PROVIDER=bedrock``
 (``AWS_ENDPOINT_URL_BEDROCK_RUNTIME={url}``).
 
 ``SIMULATED_MODEL_DELAY_SECONDS=5 make dev`` makes every answer wait 5 s first: a slow model, so a turn
 outlasts the synchronous request and is handed over to the worker (the adapters send no header of
-ours, so the delay is the server's, not a request's).
+ours, so the delay is the server's, not a request's). A streamed answer spreads those 5 s over its text
+pieces instead, so the reply is seen being written.
 
 Run it standalone with ``python -m devstack.simulated_model [--host H] [--port P] [--delay-seconds S]``.
 

@@ -94,11 +94,11 @@ def build_message(body: Json, sequence: int) -> Json:
     }
 
 
-def _chunks(text: str, size: int) -> list[str]:
+def chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-def _text_pieces(text: str) -> list[str]:
+def text_pieces(text: str) -> list[str]:
     """A few words per delta, as the real API streams them."""
     words = re.findall(r"\S+\s*|\s+", text)
     return ["".join(words[i : i + 4]) for i in range(0, len(words), 4)] or [""]
@@ -124,7 +124,7 @@ def stream_events(message: Json) -> list[tuple[str, Json]]:
                     {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
                 )
             )
-            for piece in _text_pieces(block["text"]):
+            for piece in text_pieces(block["text"]):
                 delta = {"type": "text_delta", "text": piece}
                 events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
         else:
@@ -133,7 +133,7 @@ def stream_events(message: Json) -> list[tuple[str, Json]]:
                 ("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
             )
             arguments = dumps(block["input"])
-            for piece in [""] + (_chunks(arguments, 12) if block["input"] else []):
+            for piece in [""] + (chunks(arguments, 12) if block["input"] else []):
                 delta = {"type": "input_json_delta", "partial_json": piece}
                 events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
@@ -151,5 +151,12 @@ def stream_events(message: Json) -> list[tuple[str, Json]]:
     return events
 
 
-def encode_sse(events: list[tuple[str, Json]]) -> bytes:
-    return "".join(f"event: {name}\ndata: {dumps(data)}\n\n" for name, data in events).encode("utf-8")
+def sse_frames(events: list[tuple[str, Json]]) -> list[bytes]:
+    """Each event as its own frame, so a paced stream can write them one by one."""
+    return [f"event: {name}\ndata: {dumps(data)}\n\n".encode() for name, data in events]
+
+
+def is_text_event(event: tuple[str, Json]) -> bool:
+    """A piece of the reply's text: what a paced stream spreads its delay over."""
+    delta = event[1].get("delta")
+    return event[0] == "content_block_delta" and isinstance(delta, dict) and delta.get("type") == "text_delta"

@@ -5,7 +5,9 @@ preceding ``tool_calls``, ``tool_choice`` only with tools...), turned into a Mes
 (``canonical_messages``: the inverse of the agent's ``llm/translate.py``), decided by
 ``build_message``, and the answer turned back into a ``chat.completion`` (``openai_completion``:
 the inverse of ``parse_openai_response``). Errors have OpenAI's shape: ``{"error": {"message",
-"type", "param", "code"}}``.
+"type", "param", "code"}}``. With ``"stream": true`` the same completion goes out as OpenAI streams it
+(``completion_chunks``): ``chat.completion.chunk`` events with content deltas, tool call fragments by
+index, the ``finish_reason``, a usage chunk when ``stream_options.include_usage`` asks for it, ``[DONE]``.
 
 The two inverses live here, not in the deployed layer: only the local stack (and the round-trip
 tests of ``llm/translate.py``) needs them.
@@ -17,7 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from devstack.simulated_model.message import build_message
+from devstack.simulated_model.message import build_message, chunks, dumps, text_pieces
 from devstack.simulated_model.wire import ApiError, Json
 from support_agent.llm.anthropic import parse_response
 from support_agent.llm.base import LlmResponse
@@ -89,8 +91,15 @@ def validate_openai(body: Json) -> None:
         value = body.get(name)
         if name in body and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise OpenAIError(400, f"{name} must be an integer >= 1", param=name)
-    if body.get("stream"):
-        raise OpenAIError(400, "stream is not supported by the simulated model", param="stream")
+    if not isinstance(body.get("stream", False), bool):
+        raise OpenAIError(400, "stream must be a boolean", param="stream")
+    if body.get("stream_options") is not None:
+        if not body.get("stream"):
+            raise OpenAIError(
+                400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
+            )
+        if not isinstance(body["stream_options"], dict):
+            raise OpenAIError(400, "stream_options must be an object", param="stream_options")
     tools = body.get("tools")
     names: set[str] = set()
     if tools is not None:
@@ -284,3 +293,47 @@ def build_completion(body: Json, sequence: int, created: int) -> Json:
     completion = openai_completion(parse_response(message), completion_id=completion_id, created=created)
     completion["system_fingerprint"] = "fp_simulated"
     return completion
+
+
+# -- the stream ----------------------------------------------------------------------------------------
+
+
+def _deltas(message: Json) -> list[Json]:
+    """The message as OpenAI's deltas: the role, the text a few words at a time, each call's fragments."""
+    text = message.get("content")
+    deltas: list[Json] = [{"role": "assistant", "content": "" if text else None, "refusal": None}]
+    deltas += [{"content": piece} for piece in (text_pieces(text) if text else [])]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        opening = {"index": index, "id": call["id"], "type": "function", "function": {**function, "arguments": ""}}
+        deltas.append({"tool_calls": [opening]})
+        for piece in chunks(function["arguments"], 12) if function["arguments"] else []:
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    return deltas
+
+
+def completion_chunks(completion: Json, include_usage: bool) -> list[Json]:
+    """The ``chat.completion.chunk`` events that stream ``completion``: the same text, calls, finish and usage."""
+    head: Json = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint") if k in completion}
+    head["object"] = "chat.completion.chunk"
+    usage: Json = {"usage": None} if include_usage else {}
+    choice = completion["choices"][0]
+    out = [
+        {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}], **usage}
+        for delta in _deltas(choice["message"])
+    ]
+    closing = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
+    out.append({**head, "choices": [closing], **usage})
+    if include_usage:
+        out.append({**head, "choices": [], "usage": completion["usage"]})
+    return out
+
+
+def chunk_frames(events: list[Json]) -> list[tuple[bool, bytes]]:
+    """Each chunk as its ``data:`` frame, then ``[DONE]``; True marks a piece of the reply's text."""
+    frames = [(_has_text(c), f"data: {dumps(c)}\n\n".encode()) for c in events]
+    return [*frames, (False, b"data: [DONE]\n\n")]
+
+
+def _has_text(chunk: Json) -> bool:
+    return bool(chunk["choices"] and chunk["choices"][0]["delta"].get("content"))

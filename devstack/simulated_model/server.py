@@ -8,7 +8,9 @@ Every reply carries ``x-simulated-model: true``.
 ``SIMULATED_MODEL_DELAY_SECONDS`` (``make dev``; ``--delay-seconds`` standalone) makes every model answer
 wait that long first, so a slow model — a turn that outlasts the synchronous request and is handed over
 to the worker — can be seen locally. The adapters send no header of ours, so the delay is per server,
-not per request.
+not per request. A streamed answer (either API) spreads that delay over its text pieces instead: the
+handler writes the stream frame by frame (chunked), pausing before each piece of text, so ``make dev``
+shows the reply being written; a plain answer, and a refused streamed one, still wait up front.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -35,11 +37,13 @@ from devstack.simulated_model.bedrock_facade import (
     parse_bedrock_body,
 )
 from devstack.simulated_model.faults import Faults
-from devstack.simulated_model.message import build_message, digest, encode_sse, stream_events
+from devstack.simulated_model.message import build_message, digest, is_text_event, sse_frames, stream_events
 from devstack.simulated_model.openai_facade import (
     OpenAIError,
     build_completion,
     check_openai_headers,
+    chunk_frames,
+    completion_chunks,
     parse_openai_body,
 )
 from devstack.simulated_model.wire import ApiError, check_headers, parse_body
@@ -62,11 +66,36 @@ def delay_from(environ: Mapping[str, str]) -> float:
     return seconds
 
 
+SSE = "text/event-stream; charset=utf-8"
+
+
 @dataclass
 class Reply:
     status: int
     content_type: str
     body: bytes
+    paced: list[tuple[float, bytes]] | None = None  # a stream written piece by piece: (seconds before, piece)
+
+
+def _streamed(frames: list[tuple[bool, bytes]], delay: float) -> Reply:
+    """A stream whose ``delay`` is spread over its text frames (True); without text, it is waited first."""
+    body = b"".join(frame for _, frame in frames)
+    if delay <= 0:
+        return Reply(200, SSE, body)
+    texts = sum(1 for text, _ in frames if text) or 1
+    paced = [(delay / texts if text else 0.0, frame) for text, frame in frames]
+    if not any(text for text, _ in frames):
+        paced[0] = (delay, paced[0][1])
+    return Reply(200, SSE, body, paced)
+
+
+def _asks_stream(raw: bytes) -> bool:
+    """Whether the request says ``"stream": true`` (a body that does not parse is refused later)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("stream") is True
 
 
 def _error(exc: ApiError) -> Reply:
@@ -79,12 +108,14 @@ def _json(status: int, value: Any) -> Reply:
 
 class SimulatedModel:
     """The request → reply function, with the per-server call counter behind the ids; ``delay_seconds``:
-    how long each model answer (either API, errors included) waits before it is sent."""
+    how long each model answer (either API, errors included) waits before it is sent, or, streamed, spread
+    over its text; ``sleep`` does a paced stream's waits (a test may watch them)."""
 
     def __init__(self, delay_seconds: float = 0.0) -> None:
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         self.delay_seconds = delay_seconds
+        self.sleep: Callable[[float], None] = time.sleep
         self.requests = 0  # POSTs answered (or refused): what a test counts to prove a call was not made
         self.faults = Faults()  # armed by a test or an evaluation task (faults.py); none by default
 
@@ -94,17 +125,20 @@ class SimulatedModel:
             self.requests += 1
         if model_id(path) is not None:
             return self._invoke(path, headers, raw)
+        endpoint = path.rstrip("/")
+        if endpoint not in ("/v1/messages", "/v1/chat/completions"):
+            return _error(ApiError(404, "not_found_error", f"Not found: POST {path}"))
+        streamed = _asks_stream(raw)
         try:
-            endpoint = path.rstrip("/")
-            if endpoint not in ("/v1/messages", "/v1/chat/completions"):
-                raise ApiError(404, "not_found_error", f"Not found: POST {path}")
-            if self.delay_seconds > 0:  # a slow model: each request's own thread waits
+            if not streamed and self.delay_seconds > 0:  # a slow model: each request's own thread waits
                 time.sleep(self.delay_seconds)
             self._fault(endpoint, raw)
             if endpoint == "/v1/messages":
                 return self._message(headers, raw)
             return self._chat_completion(headers, raw)
         except ApiError as exc:
+            if streamed and self.delay_seconds > 0:  # no text to spread it over
+                time.sleep(self.delay_seconds)
             return _error(exc)
 
     def _fault(self, endpoint: str, raw: bytes) -> None:
@@ -125,7 +159,8 @@ class SimulatedModel:
         body = parse_body(raw)
         message = build_message(body, self._next())
         if body.get("stream"):
-            return Reply(200, "text/event-stream; charset=utf-8", encode_sse(stream_events(message)))
+            events = stream_events(message)
+            return _streamed(list(zip(map(is_text_event, events), sse_frames(events), strict=True)), self.delay_seconds)
         return _json(200, message)
 
     def _invoke(self, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
@@ -148,7 +183,11 @@ class SimulatedModel:
         """The same brain behind the OpenAI wire format."""
         check_openai_headers(headers)
         body = parse_openai_body(raw)
-        return _json(200, build_completion(body, self._next(), int(time.time())))
+        completion = build_completion(body, self._next(), int(time.time()))
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return _streamed(chunk_frames(completion_chunks(completion, include_usage)), self.delay_seconds)
+        return _json(200, completion)
 
     def _next(self) -> int:
         """The call's number on this server: it makes the ids unique per call."""
@@ -200,13 +239,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, reply: Reply) -> None:
         self.send_response(reply.status)
         self.send_header("content-type", reply.content_type)
-        self.send_header("content-length", str(len(reply.body)))
+        if reply.paced is None:
+            self.send_header("content-length", str(len(reply.body)))
+        else:
+            self.send_header("transfer-encoding", "chunked")
         self.send_header("request-id", "req_sim_" + digest(str(id(reply)), self.path)[:16])
         self.send_header("x-simulated-model", "true")
         if reply.content_type.startswith("text/event-stream"):
             self.send_header("cache-control", "no-cache")
         self.end_headers()
-        self.wfile.write(reply.body)
+        if reply.paced is None:
+            self.wfile.write(reply.body)
+            return
+        for wait, piece in reply.paced:  # written and flushed one by one, so the client reads each as it comes
+            if wait > 0:
+                self.server.model.sleep(wait)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("simulated model: " + format, *args)

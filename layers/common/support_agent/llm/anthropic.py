@@ -15,7 +15,9 @@ Error mapping (docs/ARCHITECTURE.md's error table):
 * A 200 whose body is not a Messages API response (bad JSON, no `content`/`stop_reason`) →
   retried, then `ModelUnavailable`: in practice that is a proxy or gateway fault, not our request.
 
-The request body and the response are the Messages API's wire format (llm/messages_api.py).
+The request body and the response are the Messages API's wire format (llm/messages_api.py). With a text
+sink the call streams (`"stream": true`, llm/messages_stream.py): the same error mapping, plus an `error`
+event inside the stream read as its type's HTTP status (`overloaded_error` mid-stream is retried).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from support_agent.llm.base import LlmRequest, LlmResponse, Seams
 from support_agent.llm.http_client import HttpClient, HttpOptions, http_options
 from support_agent.llm.http_errors import ProviderError
 from support_agent.llm.messages_api import build_body, encode_body, parse_response
+from support_agent.llm.messages_stream import MessageStream
 from support_agent.llm.retry import SPEND_LIMIT, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -67,6 +70,9 @@ class AnthropicClient(HttpClient):
 
     def _parse(self, data: Any) -> LlmResponse:
         return parse_response(data)
+
+    def _assembler(self) -> MessageStream:
+        return MessageStream()
 
     def _error(self, r: httpx.Response) -> ProviderError:
         """An Anthropic error body's type and message; a billing error, or a spend limit its message names, is spent."""

@@ -7,14 +7,14 @@ history: blocks must round-trip unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from support_agent.messages import Block, Deadline, Message, Usage
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Block", "Deadline", "LlmClient", "LlmRequest", "LlmResponse", "Message", "Seams", "Usage"]
+__all__ = ["Block", "Deadline", "LlmClient", "LlmRequest", "LlmResponse", "Message", "Seams", "TextSink", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,26 @@ class LlmRequest:
     tool_choice: dict[str, Any] | None = None
 
 
+class TextSink(Protocol):
+    """Where the reply's text goes while the model writes it (docs/MODEL.md, "Streaming").
+
+    The pieces only show progress: the `LlmResponse` stays the truth. `restart` says the pieces so far are
+    void: a retried attempt writes the reply again from its start. A sink that raises is dropped for the
+    rest of the call, never allowed to fail it (`llm/streaming.py`).
+    """
+
+    def delta(self, piece: str) -> None: ...
+
+    def restart(self) -> None: ...
+
+
 class LlmClient:
     """One call to the model. Raises `ModelUnavailable` (retryable) or `ModelRefused`; the answer, or the
     error, says how often the adapter retried (`retries`), so a shared client keeps no per-call state.
 
     The loop calls `create`; an adapter (or a test's double) answers the one `LlmRequest` it makes of it.
+    With a `text` sink, an adapter that can stream feeds it the reply's text as it arrives and answers
+    the same `LlmResponse` as without one.
     """
 
     def create(
@@ -57,10 +72,14 @@ class LlmClient:
         tool_choice: dict[str, Any] | None = None,
         *,
         deadline: Deadline | None = None,
+        text: TextSink | None = None,
     ) -> LlmResponse:
-        return self.answer(LlmRequest(system, messages, tools, tool_choice), deadline)
+        request = LlmRequest(system, messages, tools, tool_choice)
+        if text is None:  # a double written before sinks existed answers `answer(request, deadline)`
+            return self.answer(request, deadline)
+        return self.answer(request, deadline, text)
 
-    def answer(self, request: LlmRequest, deadline: Deadline | None) -> LlmResponse:
+    def answer(self, request: LlmRequest, deadline: Deadline | None, text: TextSink | None = None) -> LlmResponse:
         raise NotImplementedError
 
 

@@ -21,6 +21,10 @@ The deadline: botocore's read timeout is fixed per client, so with a deadline ea
 on a helper thread and is abandoned (as a timeout) once the turn has no time left; the stray
 request finishes or times out on its own. The boto3 client is created on first use, so only this
 provider pays for it, and never at import.
+
+No streaming: a text sink is accepted and ignored (the reply arrives whole, as without one). Bedrock's
+stream (`InvokeModelWithResponseStream`, AWS's event-stream framing) is out of scope of issue 36, which
+streams the Anthropic and OpenAI-compatible adapters only.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
-from support_agent.llm.base import LlmRequest, LlmResponse, Seams
+from support_agent.llm.base import LlmRequest, LlmResponse, Seams, TextSink
 from support_agent.llm.messages_api import encode_body, parse_response
 from support_agent.llm.retry import (
     MAX_RETRY_AFTER,
@@ -122,7 +126,8 @@ class BedrockClient(RetryingClient):
                 )
             return self._client
 
-    def _request(self, request: LlmRequest) -> Attempt:
+    def _request(self, request: LlmRequest, text: TextSink | None = None) -> Attempt:
+        """``text`` is ignored: this adapter does not stream (see the module's docstring)."""
         if not self.model_id:
             raise ModelRefused("Bedrock model id (BEDROCK_MODEL_ID) not configured")
         body = encode_body(bedrock_body(self.max_tokens, request))

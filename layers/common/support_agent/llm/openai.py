@@ -14,6 +14,9 @@ Error mapping:
 * Any other 4xx → `ModelRefused` (502), not retried; its body names the status and error code only, the
   provider's message (the key scrubbed) goes to the log.
 
+With a text sink the call streams (`"stream": true` and `"stream_options": {"include_usage": true}`, so the
+last chunk carries the usage the plain answer has; llm/openai_stream.py), under the same error mapping.
+
 `base_url` ends where the OpenAI SDK's does (`https://api.openai.com/v1`, `http://localhost:11434/v1`):
 the client posts to `{base_url}/chat/completions`. An empty key sends no `Authorization` header,
 for local servers that need none.
@@ -29,6 +32,7 @@ from support_agent.config import Settings
 from support_agent.llm.base import LlmRequest, LlmResponse, Seams
 from support_agent.llm.http_client import HttpClient, HttpOptions, http_options
 from support_agent.llm.http_errors import ProviderError
+from support_agent.llm.openai_stream import CompletionStream
 from support_agent.llm.retry import SPEND_LIMIT, RetryPolicy, error_type
 from support_agent.llm.translate import openai_request, parse_openai_response
 
@@ -48,6 +52,7 @@ class OpenAIClient(HttpClient):
     PATH = "/chat/completions"
     RETRYABLE_STATUS = RETRYABLE_STATUS
     SPENT = "model API quota or spend limit reached"
+    STREAM_FIELDS = {"stream": True, "stream_options": {"include_usage": True}}
 
     def __init__(self, *, max_tokens_param: MaxTokensParam = "max_tokens", **options: Unpack[HttpOptions]) -> None:
         super().__init__(**options)
@@ -71,6 +76,9 @@ class OpenAIClient(HttpClient):
 
     def _parse(self, data: Any) -> LlmResponse:
         return parse_openai_response(data)
+
+    def _assembler(self) -> CompletionStream:
+        return CompletionStream()
 
     def _error(self, r: httpx.Response) -> ProviderError:
         """An OpenAI error body (`{"error": {...}}`): its code, else its type; out of quota or credit is spent."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from support_agent.config import Settings
 from support_agent.errors import ModelRefused, ModelUnavailable
-from support_agent.llm.base import LlmClient, LlmRequest, LlmResponse
+from support_agent.llm.base import LlmClient, LlmRequest, LlmResponse, TextSink
 from support_agent.llm.breaker import CircuitBreaker
 from support_agent.messages import Deadline
 from support_agent.outbound import AttemptPolicy
@@ -168,15 +168,16 @@ class RetryingClient(LlmClient):
     """What every model adapter shares: each request is answered under the adapter's `RetryPolicy`.
 
     An adapter only builds its request (`_request`, once per call; a configuration fault raises there,
-    before the breaker is asked) and says what one attempt does with the time left.
+    before the breaker is asked) and says what one attempt does with the time left; with a `text` sink,
+    an attempt that streams feeds it (an adapter that cannot stream ignores it).
     """
 
     def __init__(self, policy: RetryPolicy | None) -> None:
         self.policy = policy if policy is not None else RetryPolicy()
 
-    def answer(self, request: LlmRequest, deadline: Deadline | None) -> LlmResponse:
-        attempt = self._request(request)
+    def answer(self, request: LlmRequest, deadline: Deadline | None, text: TextSink | None = None) -> LlmResponse:
+        attempt = self._request(request, text)
         return call_with_retries(lambda: attempt(deadline), deadline, self.policy)
 
-    def _request(self, request: LlmRequest) -> Attempt:
+    def _request(self, request: LlmRequest, text: TextSink | None = None) -> Attempt:
         raise NotImplementedError
