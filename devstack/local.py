@@ -5,7 +5,8 @@ template.yaml into it, the demo data, a simulated model unless ANTHROPIC_API_KEY
 Stripe unless STRIPE_API_BASE and STRIPE_API_KEY are both set, worker processes per function with each
 function's deployed environment, the template's queue and schedule events, RefundFlow's Lambda task
 bridged into PaymentsFunction's workers (devstack/lambda_bridge.py: moto would need Docker), and an HTTP
-server mapping the template's routes to the handlers, with the web pages. ``CARRIER=1``: also a local
+server mapping the template's routes to the handlers, with the web pages, and the template's WebSocket API with its
+``@connections`` endpoint (devstack/websocket_gateway.py: moto deploys neither). ``CARRIER=1``: also a local
 outside MCP server the agent may use (devstack/carrier_mcp.py, docs/MCP.md). ``POLICY=policy.json``: that file
 published as the support policy's newest version right after the deploy (docs/POLICY.md; refused before anything
 starts when it does not validate).
@@ -39,6 +40,7 @@ from devstack.simulated_stripe import LOCAL_SECRET, TEST_KEY, SimulatedStripeSer
 from devstack.simulated_stripe import start as start_stripe
 from devstack.stack import REPO_ROOT, Stack, deploy
 from devstack.tokens import mint_token, team_tokens
+from devstack.websocket_gateway import WebSocketGateway, websocket_api
 
 if TYPE_CHECKING:
     from devstack.carrier_mcp import CarrierStub
@@ -68,6 +70,7 @@ class LocalStack:
     provider: str = "anthropic"  # LLM_PROVIDER: whose API the functions call (the simulated model speaks each)
     carrier: CarrierStub | None = None  # CARRIER=1: the local outside MCP server (devstack/carrier_mcp.py)
     policy_version: int = 1  # the support policy's newest version: the template's (1) or POLICY='s
+    websocket: WebSocketGateway | None = None  # the template's WebSocket API, when it has one
     pools: dict[str, FunctionPool] = field(default_factory=dict, repr=False)  # each function's workers
     _stoppers: list[Any] = field(default_factory=list, repr=False)
 
@@ -142,9 +145,11 @@ def start(
     schedule_seconds: float = 30.0,
     parameters: Mapping[str, str] | None = None,
     policy: str | None = None,
+    websocket_port: int = 0,
 ) -> LocalStack:
     """The stack up; `parameters`: template parameter overrides (``make dev PARAMS=...``), checked by the caller;
-    `policy`: a support policy document (``make dev POLICY=...``) published over the template's version 1."""
+    `policy`: a support policy document (``make dev POLICY=...``) published over the template's version 1;
+    `websocket_port`: the template's WebSocket API's (devstack/websocket_gateway.py), when it has one."""
     env = dict(os.environ if environ is None else environ)
     params = dev_parameters(env, parameters)
     from devstack.simulated_model import delay_from
@@ -185,25 +190,11 @@ def start(
         # LLM_PROVIDER=openai|bedrock make dev: the same simulated brain over that provider's wire, or the real
         # model when its setting is given (devstack/model_choice.py).
         simulated = choice.simulated
-        if simulated:
-            from devstack.simulated_model import start as start_model
-
-            model = start_model(port=0, delay_seconds=model_delay)
-            local._stoppers.append(model.stop)
-            local.model = model
+        local.model = _simulated_model(local, model_delay) if simulated else None
         overrides.update(choice.overrides(local.model.url if local.model is not None else None))
         overrides.update(payments_env)
-        pools = pools_for(stack, {**_plain_env(env), **aws_env}, overrides)
-        local.pools = pools
-        local._stoppers.append(lambda: [p.close() for p in pools.values()])
-        for pool in pools.values():  # cold starts now, not on the first request
-            pool.warm()
-        # RefundFlow's Lambda task (PaymentsFunction): moto would run it in Docker; run it in its pool instead.
-        bridge = bridged(
-            {stack.physical_ids[fn]: pools[fn].invoke for fn in invoked_by_state_machines(stack.sam_template)}
-        )
-        bridge.__enter__()
-        local._stoppers.append(lambda: bridge.__exit__(None, None, None))
+        local.websocket = _websocket_gateway(stack, host, websocket_port, local)
+        pools = _functions(local, stack, {**_plain_env(env), **aws_env}, overrides)
 
         events = EventSources(stack, pools, moto_url, schedule_seconds)
         events.start()
@@ -225,6 +216,46 @@ def start(
     except BaseException:
         local.stop()
         raise
+
+
+def _simulated_model(local: LocalStack, delay_seconds: float) -> SimulatedModelServer:
+    from devstack.simulated_model import start as start_model
+
+    model = start_model(port=0, delay_seconds=delay_seconds)
+    local._stoppers.append(model.stop)
+    return model
+
+
+def _websocket_gateway(stack: Stack, host: str, port: int, local: LocalStack) -> WebSocketGateway | None:
+    """The template's WebSocket API served locally (devstack/websocket_gateway.py), when it has one: bound now,
+    before the functions start, since its URLs are in their environment (WEBSOCKET_URL, WEBSOCKET_CALLBACK_URL)."""
+    api = websocket_api(stack.sam_template, stack.parameters)
+    if api is None:
+        return None
+    gateway = WebSocketGateway(api, host, port)
+    local._stoppers.append(gateway.stop)  # should the start fail before the functions are up
+    return gateway
+
+
+def _functions(
+    local: LocalStack, stack: Stack, base_env: dict[str, str], overrides: dict[str, str]
+) -> dict[str, FunctionPool]:
+    """Each function's warm workers (the WebSocket gateway's URLs in their environment), RefundFlow's Lambda task
+    bridged into its function's workers, and the WebSocket gateway's routes handed to them."""
+    sockets = local.websocket
+    pools = pools_for(stack, base_env, {**overrides, **(sockets.environment() if sockets else {})})
+    local.pools = pools
+    local._stoppers.append(lambda: [p.close() for p in pools.values()])
+    for pool in pools.values():  # cold starts now, not on the first request
+        pool.warm()
+    # RefundFlow's Lambda task (PaymentsFunction): moto would run it in Docker; run it in its pool instead.
+    bridge = bridged({stack.physical_ids[fn]: pools[fn].invoke for fn in invoked_by_state_machines(stack.sam_template)})
+    bridge.__enter__()
+    local._stoppers.append(lambda: bridge.__exit__(None, None, None))
+    if sockets is not None:
+        sockets.start(pools)
+        local._stoppers.append(sockets.stop)  # stopped before the pools close: no $disconnect into a closed pool
+    return pools
 
 
 def _payments(env: Mapping[str, str], overrides: dict[str, str]) -> SimulatedStripeServer | None:
@@ -294,6 +325,11 @@ def banner(local: LocalStack) -> str:
         f"  lead console   {local.url}/lead",
         f"  API            {local.url}/api/health",
         f"  API docs       {local.url}/api/docs   (Swagger UI of docs/openapi.json)",
+        *(
+            [f"  WebSocket      {local.websocket.url}   (@connections: {local.websocket.callback_url})"]
+            if local.websocket
+            else []
+        ),
         f"  local AWS      {local.moto_url}   (moto; AWS_ENDPOINT_URL for the AWS CLI and sam local)",
         f"  sam local env  {local.env_file}",
         f"  model          {_model_line(local)}",
@@ -347,10 +383,11 @@ def main(argv: list[str] | None = None) -> None:
     parameters = from_command_line(argv, "python -m devstack")  # a bad name stops here, before anything starts
     port = int(os.environ.get("PORT", "3000"))
     moto_port = int(os.environ.get("MOTO_PORT", "4599"))
+    websocket_port = int(os.environ.get("WEBSOCKET_PORT", "3001"))
     print(f"starting the local stack (moto on {moto_port}, API on {port})…", flush=True)
     if parameters:
         print(f"template parameters overridden: {', '.join(parameters)}", flush=True)
-    local = start(port=port, moto_port=moto_port, parameters=parameters, policy=policy)
+    local = start(port=port, moto_port=moto_port, parameters=parameters, policy=policy, websocket_port=websocket_port)
     print(banner(local), flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopped.set())

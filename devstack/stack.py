@@ -216,11 +216,52 @@ def _sub_names(text: str) -> Iterator[str]:
         start = text.find("${", end)
 
 
+LOCAL_WEBSOCKET_API_ID = "local"  # the apiId devstack/websocket_gateway.py puts in its events
+
+
+def _inline_websocket_api_ids(template: dict[str, Any]) -> None:
+    """A WEBSOCKET Api's id, where anything else uses it, becomes ``"local"``, in place.
+
+    The functions' environment (WEBSOCKET_URL, WEBSOCKET_CALLBACK_URL) and the ``execute-api:ManageConnections``
+    statement name the API's id; dropped with the API, they would take the functions and their roles with them.
+    devstack serves that API itself (devstack/websocket_gateway.py) and overrides both URLs in the workers.
+    """
+    resources = template["Resources"]
+    apis = {
+        name
+        for name, r in resources.items()
+        if r["Type"] == "AWS::ApiGatewayV2::Api" and r.get("Properties", {}).get("ProtocolType") == "WEBSOCKET"
+    }
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {"Ref"} and node["Ref"] in apis:
+                return LOCAL_WEBSOCKET_API_ID
+            if set(node) == {"Fn::Sub"}:
+                value = node["Fn::Sub"]
+                text = value if isinstance(value, str) else value[0]
+                for api in apis:
+                    text = text.replace("${" + api + "}", LOCAL_WEBSOCKET_API_ID)
+                return {"Fn::Sub": text if isinstance(value, str) else [text, inline(value[1])]}
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    for name, resource in list(resources.items()):
+        if not resource["Type"].startswith("AWS::ApiGatewayV2::"):
+            resources[name] = inline(resource)
+    if "Outputs" in template:
+        template["Outputs"] = inline(template["Outputs"])
+
+
 def strip_for_moto(template: dict[str, Any]) -> dict[str, str]:
-    """Drop, in place, resources moto cannot deploy and everything referring to them.
+    """Drop, in place, resources moto cannot deploy and everything referring to them (a WebSocket API's id
+    inlined first: `_inline_websocket_api_ids`).
 
     Returns ``{logical id or "Outputs.<name>": reason}``.
     """
+    _inline_websocket_api_ids(template)
     resources = template["Resources"]
     skipped: dict[str, str] = {}
     for logical_id, resource in list(resources.items()):

@@ -644,12 +644,18 @@ def test_long_turn_functions_under_their_own_roles(
         status, held, _ = api.call("GET", f"/api/handoffs/{handoff}/events?waitSeconds=1", token=dana)
         assert status == 200 and "handoff.assigned" in [e["type"] for e in held["events"]], held
         cid = started[0]["conversationId"]
+        ticket_status, ticket, _ = api.call("POST", "/api/ws-ticket")  # the WebSocket's ticket (ticket#: PutItem)
+        assert ticket_status == 200 and ticket["ticket"], ticket
         status, body, _ = api.call("GET", f"/api/conversations/{cid}/events?waitSeconds=1")
         updated = {key for action, key in recorder.conversation_keys if action == "dynamodb:UpdateItem"}
         run = recorder.run(
             {
-                "PutItem": lambda: boto3.client("dynamodb").put_item(
-                    TableName=turns_table, Item=to_item({"conversation_id": "note#x", "seq": 1})
+                # PutItem it holds (the WebSocket tickets, on the Connections table: scoped statically by
+                # KEY_PREFIXES); a batch write it holds nowhere.
+                "BatchWriteItem": lambda: boto3.client("dynamodb").batch_write_item(
+                    RequestItems={
+                        turns_table: [{"PutRequest": {"Item": to_item({"conversation_id": "note#x", "seq": 1})}}]
+                    }
                 ),
                 "DeleteItem": delete_a_turn_item,
             }

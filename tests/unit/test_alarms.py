@@ -36,6 +36,7 @@ FUNCTIONS = (
     "McpFunction",
     "OutcomeSweepFunction",
     "DailyRollupFunction",
+    "SocketFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
@@ -321,7 +322,9 @@ def test_api_5xx_rate_alarm(cfn: dict[str, Any]) -> None:
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (5, "GreaterThanThreshold")
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (3, 2)
     # The API stage SAM creates for an HttpApi without StageName is $default.
-    stages = [r for r in cfn["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Stage"]
+    stages = [
+        r for k, r in cfn["Resources"].items() if r["Type"] == "AWS::ApiGatewayV2::Stage" and k != "WebSocketStage"
+    ]
     assert [s["Properties"]["StageName"] for s in stages] == ["$default"]
 
 

@@ -178,6 +178,11 @@ TABLES: dict[str, dict[str, Any]] = {
         "keys": [("stream", "S", "HASH"), ("event_id", "S", "RANGE")],
         "indexes": {"by_customer": [("customer_id", "N", "HASH"), ("event_id", "S", "RANGE")]},
     },
+    "ConnectionsTable": {  # the WebSocket's state (sockets/connections.py)
+        "keys": [("pk", "S", "HASH"), ("sk", "S", "RANGE")],
+        # sparse: live subscriptions only, a conversation's connections (what is pushed goes to each)
+        "indexes": {"subscribers": [("conversation_id", "S", "HASH"), ("pk", "S", "RANGE")]},
+    },
 }
 
 
@@ -597,7 +602,7 @@ def test_api_access_log(sam: dict[str, Any], cfn: dict[str, Any]) -> None:
     assert {"ip", "routeKey", "status", "integrationError"} <= set(fields)
     leaky = ("authorization", "body", "querystring", "path", "header")
     assert not [v for v in fields.values() if any(word in v.lower() for word in leaky)], fields
-    (stage,) = resources_of_type(cfn, "AWS::ApiGatewayV2::Stage").values()
+    (stage,) = (s for k, s in resources_of_type(cfn, "AWS::ApiGatewayV2::Stage").items() if k != "WebSocketStage")
     assert stage["Properties"]["AccessLogSettings"] == settings
     group = cfn["Resources"]["HttpApiAccessLogGroup"]["Properties"]
     assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
@@ -607,7 +612,7 @@ def test_every_log_group_expires_and_every_queue_is_encrypted(cfn: dict[str, Any
     """What the scanner's skips of CKV_AWS_158 and CKV_AWS_27 rely on: logs kept LogRetentionDays, every queue
     encrypted at rest by SQS."""
     groups = resources_of_type(cfn, "AWS::Logs::LogGroup")
-    assert len(groups) == len(resources_of_type(cfn, "AWS::Lambda::Function")) + 1  # and the API's access log
+    assert len(groups) == len(resources_of_type(cfn, "AWS::Lambda::Function")) + 2  # and the two APIs' access logs
     assert all(g["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"} for g in groups.values())
     queues = resources_of_type(cfn, "AWS::SQS::Queue")
     assert queues and all(q["Properties"]["SqsManagedSseEnabled"] is True for q in queues.values())
@@ -654,6 +659,12 @@ MCP_SECRETS = "secret:<stack>/mcp/*"
 # name, ``/<stack>/support-policy``): its newest version and its history, on that one parameter only.
 POLICY_PARAMETER_ARN = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${SupportPolicyParameter}"
 POLICY_PARAMETER = "SupportPolicyParameter"
+
+# Posting to the WebSocket API's connections (@connections), on its own stage only.
+CONNECTIONS_ARN = (
+    "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebSocketApi}/${Stage}/POST/@connections/*"
+)
+CONNECTIONS = "WebSocketApi/<stage>/POST/@connections"
 POLICY_READS: set[Pair] = {(f"ssm:{a}", POLICY_PARAMETER) for a in ("GetParameter", "GetParameterHistory")}
 # The functions whose tools decide actions under the policy (ChatFunction also serves the confirm/decline routes).
 POLICY_READERS = {"ChatFunction", "TurnWorkerFunction", "McpFunction"}
@@ -736,6 +747,15 @@ ALLOWED: dict[str, set[Pair]] = {
         ("dynamodb:Query", "ConversationsTable"),
         ("dynamodb:UpdateItem", "ConversationsTable"),
         ("dynamodb:GetItem", "ApprovalsTable"),
+        ("dynamodb:PutItem", "ConnectionsTable"),  # POST /api/ws-ticket: `ticket#` items only (KEY_PREFIXES)
+    },
+    # The WebSocket's routes: its own table's items (no DeleteItem, no index: pushing reads `subscribers`), the
+    # conversation's header (`conv_` only), a person's hand-off, and posting to this API's stage's connections.
+    "SocketFunction": {
+        *{(f"dynamodb:{a}", "ConnectionsTable") for a in _DDB_RW},
+        ("dynamodb:GetItem", "ConversationsTable"),
+        ("dynamodb:GetItem", "ApprovalsTable"),
+        ("execute-api:ManageConnections", CONNECTIONS),
     },
     # Claim-then-publish; nothing on CustomerData (the notifier cannot write orders). The SQS
     # actions are what its own event source mapping polls with, on the ApprovalQueue only.
@@ -957,6 +977,10 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
+    "SocketFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
 }
 
 
@@ -994,6 +1018,8 @@ def _target(resource: Any, parameters: set[str]) -> str:
             return MCP_SECRETS
         if resource["Fn::Sub"] == POLICY_PARAMETER_ARN:
             return POLICY_PARAMETER
+        if resource["Fn::Sub"] == CONNECTIONS_ARN:
+            return CONNECTIONS
     raise AssertionError(f"resource form the IAM evaluator does not understand: {resource!r}")
 
 
@@ -1142,7 +1168,13 @@ KEY_PREFIXES: dict[str, dict[str, dict[str, set[str]]]] = {
     # Its day items only (`rollup#daily`, reports/store.py).
     "DailyRollupFunction": {"ConversationsTable": {"dynamodb:UpdateItem": {"rollup#"}}},
     # The reader's counter (`rate#reads#<customer>#<minute>`) and its waiting slots (`poll#<customer>`, store/polls.py).
-    "EventsFunction": {"ConversationsTable": {"dynamodb:UpdateItem": {"rate#reads#", "poll#"}}},
+    # And a new WebSocket ticket (`ticket#<sha256>`, sockets/connections.py) put.
+    "EventsFunction": {
+        "ConversationsTable": {"dynamodb:UpdateItem": {"rate#reads#", "poll#"}},
+        "ConnectionsTable": {"dynamodb:PutItem": {"ticket#"}},
+    },
+    # A subscribe reads the conversation's header, nothing else of the table.
+    "SocketFunction": {"ConversationsTable": {"dynamodb:GetItem": {"conv_"}}},
     # The functions announcing decisions in a conversation's feed (tests/unit/test_notifications_iam.py).
     **{
         f: {"ConversationsTable": {f"dynamodb:{a}": {"note#"} for a in ("GetItem", "PutItem", "UpdateItem")}}
@@ -1213,7 +1245,8 @@ def test_prefixed_items_are_granted_only_under_their_leading_keys(cfn: dict[str,
                 else:
                     bound.setdefault(action, set()).update(prefixes)
         assert not unbounded & declared.keys(), f"{function_id}: {unbounded & declared.keys()} on the whole {table}"
-        assert unbounded == UNBOUNDED_ITEM_ACTIONS.get(function_id, set()), f"{function_id}: {unbounded} table-wide"
+        allowed_unbounded = UNBOUNDED_ITEM_ACTIONS.get(function_id, set()) if table == "ConversationsTable" else set()
+        assert unbounded == allowed_unbounded, f"{function_id}: {unbounded} table-wide on {table}"
         bound = {a: p for a, p in bound.items() if a not in unbounded}  # a bound grant beside a table-wide one
         assert bound == declared, f"{function_id} on {table}: granted {bound}, declared {declared}"
 
@@ -1227,6 +1260,7 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
     from support_agent.mcp.our_tools import stream_of
     from support_agent.outcomes.store import outcome_key
     from support_agent.reports.store import PARTITION as ROLLUPS
+    from support_agent.sockets.connections import ticket_key
     from support_agent.store.notifications import partition
     from support_agent.store.polls import partition as poll_partition
     from support_agent.store.ratelimit import counter_key
@@ -1247,6 +1281,7 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
         "rating#": rating_partition(cid),
         "outcome#": outcome_key(cid)["conversation_id"],
         "rollup#": ROLLUPS,
+        "ticket#": ticket_key("a-ticket"),
     }
     declared = {
         p for tables in KEY_PREFIXES.values() for actions in tables.values() for ps in actions.values() for p in ps

@@ -24,6 +24,13 @@ class Settings(BaseModel):
     approval_queue_url: str = Field("", alias="APPROVAL_QUEUE_URL")
     # The bucket of sealed audit heads (Object Lock, audit/seal.py); empty: verification without seals.
     audit_seal_bucket: str = Field("", alias="AUDIT_SEAL_BUCKET")
+    # The WebSocket (docs/API.md#websocket): its state's table, the address clients connect to (what
+    # POST /api/ws-ticket answers with), the @connections endpoint answers are posted to, and its limits.
+    connections_table: str = Field("Connections", alias="CONNECTIONS_TABLE")
+    websocket_url: str = Field("", alias="WEBSOCKET_URL")
+    websocket_callback_url: str = Field("", alias="WEBSOCKET_CALLBACK_URL")
+    socket_connections_per_owner: int = Field(5, alias="SOCKET_CONNECTIONS_PER_OWNER", ge=1, le=100)
+    socket_subscriptions_per_connection: int = Field(10, alias="SOCKET_SUBSCRIPTIONS_PER_CONNECTION", ge=1, le=100)
 
     # The model.
     # Which adapter answers (llm/factory.py); the stored history is the same for all three.

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     )
     from support_agent.reports.job import RollupJob
     from support_agent.reports.store import RollupStore
+    from support_agent.sockets.connections import ConnectionStore
+    from support_agent.sockets.routes import SocketServices
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
     from support_agent.store.conversations import ConversationStore
@@ -416,6 +418,40 @@ def build_lead_services(
     )
 
 
+def build_connection_store(settings: Settings, ddb: Any) -> ConnectionStore:
+    """The WebSocket's state (sockets/connections.py): POST /api/ws-ticket issues tickets, SocketFunction the rest."""
+    from support_agent.sockets.connections import ConnectionStore
+
+    return ConnectionStore(
+        ddb,
+        settings.connections_table,
+        settings.socket_connections_per_owner,
+        settings.socket_subscriptions_per_connection,
+    )
+
+
+def build_socket_services(settings: Settings, ddb: Any = None, management: Any = None) -> SocketServices:
+    """SocketFunction's: the connection store, the poster (its ``apigatewaymanagementapi`` client built on the first
+    post unless ``management`` is given), the conversation's header and the hand-off a person holds."""
+    from support_agent.sockets.push import Poster, management_client
+    from support_agent.sockets.routes import SocketServices
+    from support_agent.store.conversations import ConversationStore
+    from support_agent.store.takeover import Takeover
+
+    ddb = client("dynamodb") if ddb is None else ddb
+    store = build_connection_store(settings, ddb)
+
+    def management_api() -> Any:
+        return management if management is not None else management_client(settings.websocket_callback_url)
+
+    return SocketServices(
+        store,
+        Poster(management_api, store.mark_gone),
+        ConversationStore(ddb, settings.conversations_table),
+        Takeover(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
+    )
+
+
 class _Root:
     """What one process has built so far; ``llm_transport`` and ``payments_transport`` (tests, httpx)
     carry model and payment-provider calls in-process."""
@@ -606,6 +642,15 @@ class _Root:
         )
 
     @cached_property
+    def socket_services(self) -> SocketServices:
+        return build_socket_services(get_settings(), self.client("dynamodb"))
+
+    @cached_property
+    def tickets(self) -> ConnectionStore:
+        """EventsFunction's: the WebSocket's ticket issuer (POST /api/ws-ticket)."""
+        return build_connection_store(get_settings(), self.client("dynamodb"))
+
+    @cached_property
     def outcome_sweeper(self) -> OutcomeSweeper:
         return build_outcome_sweeper(get_settings(), self.client("dynamodb"))
 
@@ -664,6 +709,14 @@ def lead_services() -> LeadServices:
 
 def events_services() -> EventsServices:
     return _root.events_services
+
+
+def socket_services() -> SocketServices:
+    return _root.socket_services
+
+
+def tickets() -> ConnectionStore:
+    return _root.tickets
 
 
 def approval_notifier() -> ApprovalNotifier:

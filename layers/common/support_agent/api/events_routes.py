@@ -8,6 +8,8 @@ That concurrency is every customer's, so a poll waits only while it holds one of
 The person holding a hand-off follows the same feed (GET /api/handoffs/{id}/events): the customer's events of that
 conversation, read as the customer reads them. Their polls count and wait as themselves (`staff_reader`), never
 on the customer's read counter or waiting slots, so following a conversation costs its customer nothing.
+
+POST /api/ws-ticket lives here too: the feed's readers are the WebSocket's (docs/API.md#websocket).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from support_agent.api.route_docs import responses
 from support_agent.auth import Principal, require_customer, require_staff
+from support_agent.config import get_settings
 from support_agent.errors import NotFound
 from support_agent.feed import Cursor, Page
 from support_agent.ids import CONVERSATION_ID
+from support_agent.sockets.connections import TICKET_SECONDS
 from support_agent.store.polls import WAITS_PER_CUSTOMER
-from support_agent.wiring import events_services
+from support_agent.wiring import events_services, tickets
 
 router = APIGatewayHttpRouter()
 MAX_WAIT_SECONDS = 20  # API Gateway's HTTP API answers 504 after 30 s; the function's timeout is 25 s
@@ -106,3 +110,24 @@ def handoff_events(handoff_id: str, after: _AFTER = None, waitSeconds: _WAIT = 0
     with services.waits.waiting(reader, waitSeconds) as wait:
         page = services.feed.poll(cursor, ticket.customer_id, wait)  # the customer's feed: they own its turns
     return _page(page)
+
+
+@router.post(
+    "/api/ws-ticket",
+    summary="A single-use ticket to open the WebSocket with",
+    description=(
+        "A ticket for the caller (a customer, support staff or a lead), good once and for `expiresIn` (60) seconds, "
+        "and the WebSocket's `url` with it (`?ticket=`): open that URL as it is. A browser cannot set an "
+        "Authorization header on a WebSocket, and a JWT in a URL lands in access logs and proxies while it stays "
+        "valid; a logged ticket is worthless once used or a minute old (docs/API.md#websocket)."
+    ),
+    responses=responses("WsTicket", 401, 403),
+    tags=["customer", "support staff"],
+)
+def ws_ticket() -> dict[str, Any]:
+    p = _principal()
+    if p.role != "customer":
+        require_staff(p)
+    ticket = tickets().issue_ticket(p)
+    url = get_settings().websocket_url
+    return {"ticket": ticket, "url": f"{url}?ticket={ticket}", "expiresIn": TICKET_SECONDS}

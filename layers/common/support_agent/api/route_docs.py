@@ -9,6 +9,8 @@ sees no model under a named one and builds nothing for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -79,8 +81,27 @@ def with_csv(declared: dict[int, Any], filename: str) -> dict[int, Any]:
     return declared
 
 
+@cache
+def _ws_ticket() -> type[BaseModel]:
+    """POST /api/ws-ticket's answer (docs/API.md#websocket), built with the document like the rest."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class WsTicket(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+        ticket: str = Field(..., description="43 URL-safe characters; single use, good for expiresIn seconds")
+        url: str = Field(..., description="The WebSocket's address with the ticket: open it as it is")
+        expiresIn: int = Field(..., description="Seconds the ticket stays good (60)")
+
+    return WsTicket
+
+
+# Named models of the routes whose shapes live here rather than in api/responses.py.
+_HERE: dict[str, Callable[[], type[BaseModel]]] = {"WsTicket": _ws_ticket}
+
+
 def documented(declared: Mapping[int, Any]) -> dict[int, Any]:
-    """``declared`` with each named model replaced by its class from api/responses.py."""
+    """``declared`` with each named model replaced by its class from api/responses.py (or from here)."""
     models = import_module("support_agent.api.responses")
 
     def swap(value: Any) -> Any:
@@ -88,7 +109,8 @@ def documented(declared: Mapping[int, Any]) -> dict[int, Any]:
             return value
         out = {key: swap(item) for key, item in value.items() if key != NAMED}
         if NAMED in value:
-            out["model"] = getattr(models, value[NAMED])
+            name = value[NAMED]
+            out["model"] = _HERE[name]() if name in _HERE else getattr(models, name)
         return out
 
     return {status: swap(response) for status, response in declared.items()}

@@ -1,0 +1,1 @@
+"""The WebSocket channel (docs/API.md#websocket): its connection store, the ``@connections`` poster, its routes."""

@@ -1,0 +1,100 @@
+"""The WebSocket API in template.yaml (docs/API.md#websocket), checked statically: moto deploys none of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.test_template import CONNECTIONS, granted_pairs, resources_of_type
+
+ROUTES = {
+    "ConnectRoute": "$connect",
+    "DisconnectRoute": "$disconnect",
+    "SubscribeRoute": "subscribe",
+    "UnsubscribeRoute": "unsubscribe",
+    "DefaultRoute": "$default",
+}
+API_ARN = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebSocketApi}"
+
+
+def test_the_api_is_a_websocket_api_routed_by_the_bodys_action(cfn: dict[str, Any]) -> None:
+    api = cfn["Resources"]["WebSocketApi"]
+    assert api["Type"] == "AWS::ApiGatewayV2::Api"
+    assert api["Properties"]["ProtocolType"] == "WEBSOCKET"
+    assert api["Properties"]["RouteSelectionExpression"] == "$request.body.action"
+    stage = cfn["Resources"]["WebSocketStage"]["Properties"]
+    assert stage["ApiId"] == {"Ref": "WebSocketApi"} and stage["StageName"] == {"Ref": "Stage"}
+    assert stage["AutoDeploy"] is True
+    assert set(stage["DefaultRouteSettings"]) == {"ThrottlingBurstLimit", "ThrottlingRateLimit"}
+    # Its access log never holds the query string (the ticket) nor a body.
+    assert "querystring" not in stage["AccessLogSettings"]["Format"].lower()
+    assert "body" not in stage["AccessLogSettings"]["Format"].lower()
+
+
+def test_every_route_targets_the_integration_and_the_integration_the_function(cfn: dict[str, Any]) -> None:
+    routes = resources_of_type(cfn, "AWS::ApiGatewayV2::Route")
+    socket_routes = {k: r for k, r in routes.items() if r["Properties"]["ApiId"] == {"Ref": "WebSocketApi"}}
+    assert {k: r["Properties"]["RouteKey"] for k, r in socket_routes.items()} == ROUTES
+    for name, route in socket_routes.items():
+        assert route["Properties"]["Target"] == {"Fn::Sub": "integrations/${SocketIntegration}"}, name
+        assert route["Properties"]["AuthorizationType"] == "NONE", name  # the function checks the ticket
+    integration = cfn["Resources"]["SocketIntegration"]["Properties"]
+    assert integration["ApiId"] == {"Ref": "WebSocketApi"}
+    assert integration["IntegrationType"] == "AWS_PROXY"
+    assert "${SocketFunction.Arn}" in integration["IntegrationUri"]["Fn::Sub"]
+
+
+def test_only_this_api_may_invoke_the_function(cfn: dict[str, Any]) -> None:
+    permission = cfn["Resources"]["SocketInvokePermission"]["Properties"]
+    assert permission["FunctionName"] == {"Ref": "SocketFunction"}
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    assert permission["Action"] == "lambda:InvokeFunction"
+    assert permission["SourceArn"] == {"Fn::Sub": f"{API_ARN}/*"}
+
+
+def test_posting_is_scoped_to_this_apis_stage_connections(cfn: dict[str, Any]) -> None:
+    holders = {
+        f: {a for a, t in granted_pairs(cfn, f) if t == CONNECTIONS}
+        for f in resources_of_type(cfn, "AWS::Lambda::Function")
+    }
+    assert {f: a for f, a in holders.items() if a} == {"SocketFunction": {"execute-api:ManageConnections"}}
+    statements = [
+        s
+        for p in cfn["Resources"]["SocketFunctionRole"]["Properties"]["Policies"]
+        for s in p["PolicyDocument"]["Statement"]
+        if s["Action"] == "execute-api:ManageConnections"
+    ]
+    assert [s["Resource"] for s in statements] == [{"Fn::Sub": f"{API_ARN}/${{Stage}}/POST/@connections/*"}]
+
+
+def test_the_function_and_the_ticket_route_know_where_the_socket_is(cfn: dict[str, Any]) -> None:
+    socket = cfn["Resources"]["SocketFunction"]["Properties"]["Environment"]["Variables"]
+    events = cfn["Resources"]["EventsFunction"]["Properties"]["Environment"]["Variables"]
+    url = {"Fn::Sub": "wss://${WebSocketApi}.execute-api.${AWS::Region}.amazonaws.com/${Stage}"}
+    callback = {"Fn::Sub": "https://${WebSocketApi}.execute-api.${AWS::Region}.amazonaws.com/${Stage}"}
+    assert socket["CONNECTIONS_TABLE"] == events["CONNECTIONS_TABLE"] == {"Ref": "ConnectionsTable"}
+    assert socket["WEBSOCKET_URL"] == events["WEBSOCKET_URL"] == url
+    assert socket["WEBSOCKET_CALLBACK_URL"] == callback
+    assert "WEBSOCKET_CALLBACK_URL" not in events  # the ticket route posts nothing
+    assert socket["SOCKET_CONNECTIONS_PER_OWNER"] == {"Ref": "SocketConnectionsPerOwner"}
+    assert socket["SOCKET_SUBSCRIPTIONS_PER_CONNECTION"] == {"Ref": "SocketSubscriptionsPerConnection"}
+
+
+def test_the_limits_are_parameters(sam: dict[str, Any]) -> None:
+    params = sam["Parameters"]
+    assert params["SocketConnectionsPerOwner"]["Default"] == 5
+    assert params["SocketSubscriptionsPerConnection"]["Default"] == 10
+
+
+def test_the_connections_table_keys_index_and_ttl(cfn: dict[str, Any]) -> None:
+    props = cfn["Resources"]["ConnectionsTable"]["Properties"]
+    assert props["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    (index,) = props["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == "subscribers"
+    assert index["KeySchema"] == [
+        {"AttributeName": "conversation_id", "KeyType": "HASH"},
+        {"AttributeName": "pk", "KeyType": "RANGE"},
+    ]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
