@@ -272,6 +272,9 @@ NOT_EXERCISED = {
     },
     ("sqs:SendMessage", "AuditSealDLQ"): "the mapping's on-failure destination (the Lambda service sends)",
     ("sqs:SendMessage", "ScheduledRunsDLQ"): "a scheduled run's dead-letter queue (the Lambda service sends)",
+    # A reply's text deltas are posted only to a conversation someone follows (tests/integration/test_reply_deltas.py
+    # and test_socket_push.py post them); moto checks no execute-api action: the posts reach devstack's gateway.
+    ("execute-api:ManageConnections", "WebSocketApi/<stage>/POST/@connections"): "a subscribed connection",
     # Only when the policy's newest version does not validate (tests/unit/test_policy_source.py walks it).
     ("ssm:GetParameterHistory", "SupportPolicyParameter"): "a malformed newest policy version",
 }
@@ -295,6 +298,7 @@ def test_chat_function_under_its_own_role(
 ) -> None:
     creds = credentials_for(stack, "ChatFunction")
     api.model.script = [
+        answer("Hello."),  # the first turn makes the conversation; the second asks who follows it (text deltas)
         tools(tool_use("lookup_order", {"order_id": 1042}), tool_use("list_invoices", {})),
         tools(
             tool_use("request_refund", {"order_id": 1043, "amount_cents": 500, "reason": "late"}),
@@ -304,7 +308,9 @@ def test_chat_function_under_its_own_role(
         answer("Done."),
     ]
     with as_function(api, "ChatFunction", creds, recorder, monkeypatch):
-        status, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "refund and a person"})
+        status, body, _ = api.call("POST", "/api/chat", {"conversationId": None, "message": "hello"})
+        assert status == 200, body
+        status, body, _ = api.call("POST", "/api/chat", {"conversationId": body["conversationId"], "message": "refund"})
         assert status == 200, body
         cid, turn = body["conversationId"], body["turnId"]
         assert all(not c["isError"] for it in body["trace"] for c in it["toolCalls"]), body["trace"]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from support_agent.llm.base import LlmClient, LlmRequest, LlmResponse
+from support_agent.llm.base import LlmClient, LlmRequest, LlmResponse, TextSink
 from support_agent.messages import Deadline, Message, Usage
 
 _ids = itertools.count(1)
@@ -56,10 +56,14 @@ Request = LlmRequest
 
 
 class FakeModel(LlmClient):
-    """An `LlmClient` that answers each request with `respond(request)`; the request is not copied."""
+    """An `LlmClient` that answers each request with `respond(request)`; the request is not copied. A text sink
+    gets the answer's text in one piece, as an adapter whose server ignored `"stream": true` gives it."""
 
-    def answer(self, request: LlmRequest, deadline: Deadline | None) -> LlmResponse:
-        return self.respond(request)
+    def answer(self, request: LlmRequest, deadline: Deadline | None, text: TextSink | None = None) -> LlmResponse:
+        response = self.respond(request)
+        if text is not None and response.text():
+            text.delta(response.text())
+        return response
 
     def respond(self, request: Request) -> LlmResponse:
         raise NotImplementedError

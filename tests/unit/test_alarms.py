@@ -37,6 +37,7 @@ FUNCTIONS = (
     "OutcomeSweepFunction",
     "DailyRollupFunction",
     "SocketFunction",
+    "SocketPushFunction",
 )
 
 # Which function emits each SupportAgent metric (its POWERTOOLS_SERVICE_NAME is the dimension).
@@ -235,6 +236,28 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         "GreaterThanThreshold",
         1,
     ),
+    # A batch of the Conversations stream the socket pusher gave up on.
+    "SocketPushDLQAlarm": (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["SocketPushDLQ", "QueueName"]}}],
+        "Maximum",
+        300,
+        0,
+        "GreaterThanThreshold",
+        1,
+    ),
+    # Pushes a minute or more behind the stream.
+    "SocketPushIteratorAgeAlarm": (
+        "AWS/Lambda",
+        "IteratorAge",
+        [{"Name": "FunctionName", "Value": {"Ref": "SocketPushFunction"}}],
+        "Maximum",
+        300,
+        60000,
+        "GreaterThanThreshold",
+        1,
+    ),
     # A handed-over turn the worker failed 3 times: its customer got no answer.
     # Received, not visible: the turn sweep takes each message off within a minute.
     "TurnDLQAlarm": (
@@ -298,7 +321,7 @@ def test_every_function_has_error_and_throttle_alarms(cfn: dict[str, Any]) -> No
     watched = {
         (a["MetricName"], a["Dimensions"][0]["Value"]["Ref"])
         for a in alarms(cfn).values()
-        if a.get("Namespace") == "AWS/Lambda"
+        if a.get("Namespace") == "AWS/Lambda" and a["MetricName"] != "IteratorAge"  # a stream's lag, not a failure
     }
     assert watched == {(m, fn) for fn in functions for m in ("Errors", "Throttles")}
 
@@ -501,7 +524,15 @@ def test_dashboard_shows_aws_metrics_of_this_stack(cfn: dict[str, Any]) -> None:
     assert {("AWS/ApiGateway", m, api) for m in ("Count", "4xx", "5xx", "Latency")} <= aws
     flow = (("StateMachineArn", "<RefundFlow>"),)
     assert {("AWS/States", "ExecutionsSucceeded", flow), ("AWS/States", "ExecutionsFailed", flow)} <= aws
-    for queue in ("ApprovalQueue", "ApprovalDLQ", "AuditWatcherDLQ", "AuditSealDLQ", "TurnQueue", "TurnDLQ"):
+    for queue in (
+        "ApprovalQueue",
+        "ApprovalDLQ",
+        "AuditWatcherDLQ",
+        "AuditSealDLQ",
+        "TurnQueue",
+        "TurnDLQ",
+        "SocketPushDLQ",
+    ):
         assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", f"<{queue}.QueueName>"),)) in aws
     for fn in FUNCTIONS:
         for metric in ("Errors", "Throttles"):

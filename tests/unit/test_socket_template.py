@@ -56,14 +56,17 @@ def test_posting_is_scoped_to_this_apis_stage_connections(cfn: dict[str, Any]) -
         f: {a for a, t in granted_pairs(cfn, f) if t == CONNECTIONS}
         for f in resources_of_type(cfn, "AWS::Lambda::Function")
     }
-    assert {f: a for f, a in holders.items() if a} == {"SocketFunction": {"execute-api:ManageConnections"}}
-    statements = [
-        s
-        for p in cfn["Resources"]["SocketFunctionRole"]["Properties"]["Policies"]
-        for s in p["PolicyDocument"]["Statement"]
-        if s["Action"] == "execute-api:ManageConnections"
-    ]
-    assert [s["Resource"] for s in statements] == [{"Fn::Sub": f"{API_ARN}/${{Stage}}/POST/@connections/*"}]
+    posters = ("SocketFunction", "SocketPushFunction", "ChatFunction", "TurnWorkerFunction")
+    assert {f: a for f, a in holders.items() if a} == {f: {"execute-api:ManageConnections"} for f in posters}
+    for function in posters:
+        statements = [
+            s
+            for p in cfn["Resources"][f"{function}Role"]["Properties"]["Policies"]
+            for s in p["PolicyDocument"]["Statement"]
+            if "execute-api:ManageConnections" in str(s.get("Action"))
+        ]
+        assert [s["Resource"] for s in statements] == [{"Fn::Sub": f"{API_ARN}/${{Stage}}/POST/@connections/*"}]
+        assert all(s["Action"] == "execute-api:ManageConnections" for s in statements)
 
 
 def test_the_function_and_the_ticket_route_know_where_the_socket_is(cfn: dict[str, Any]) -> None:

@@ -299,6 +299,28 @@ def test_seal_and_watcher_each_map_the_audit_stream(cfn: dict[str, Any]) -> None
     assert env["AUDIT_SEAL_BUCKET"] == {"Ref": "AuditSealBucket"}
 
 
+def test_socket_push_maps_the_conversations_stream_alone(cfn: dict[str, Any]) -> None:
+    """Keys only (the pusher reads the feed); its own mapping, partial batch failures, bounded retries, a DLQ;
+    a TTL removal is no event; the feed it reads is the readers' (TRANSPARENCY), so quiet mode holds."""
+    table = cfn["Resources"]["ConversationsTable"]["Properties"]
+    assert table["StreamSpecification"] == {"StreamViewType": "KEYS_ONLY"}
+    (mapping,) = [
+        m["Properties"]
+        for m in cfn["Resources"].values()
+        if m["Type"] == "AWS::Lambda::EventSourceMapping"
+        and m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["ConversationsTable", "StreamArn"]}
+    ]
+    assert mapping["FunctionName"] == {"Ref": "SocketPushFunction"}
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["BisectBatchOnFunctionError"] is True and 0 < mapping["MaximumRetryAttempts"] <= 5
+    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["SocketPushDLQ", "Arn"]}
+    assert mapping["FilterCriteria"] == {"Filters": [{"Pattern": '{"eventName": ["INSERT", "MODIFY"]}'}]}
+    assert cfn["Resources"]["SocketPushDLQ"]["Properties"]["SqsManagedSseEnabled"] is True
+    for function in ("SocketPushFunction", "SocketFunction", "EventsFunction"):
+        env = cfn["Resources"][function]["Properties"]["Environment"]["Variables"]
+        assert env["TRANSPARENCY"] == {"Ref": "Transparency"}, function
+
+
 def test_approval_queue_has_a_dead_letter_queue(cfn: dict[str, Any]) -> None:
     queue = cfn["Resources"]["ApprovalQueue"]["Properties"]
     dlq = cfn["Resources"]["ApprovalDLQ"]["Properties"]
@@ -665,6 +687,11 @@ CONNECTIONS_ARN = (
     "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebSocketApi}/${Stage}/POST/@connections/*"
 )
 CONNECTIONS = "WebSocketApi/<stage>/POST/@connections"
+# A turn's text deltas (sockets/deltas.py): the conversation's subscribed connections, and posting to them.
+REPLY_DELTAS: set[Pair] = {
+    ("dynamodb:Query", "ConnectionsTable/index/subscribers"),
+    ("execute-api:ManageConnections", CONNECTIONS),
+}
 POLICY_READS: set[Pair] = {(f"ssm:{a}", POLICY_PARAMETER) for a in ("GetParameter", "GetParameterHistory")}
 # The functions whose tools decide actions under the policy (ChatFunction also serves the confirm/decline routes).
 POLICY_READERS = {"ChatFunction", "TurnWorkerFunction", "McpFunction"}
@@ -692,6 +719,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
         ("bedrock:InvokeModel", "param:BedrockModelArns"),
         *POLICY_READS,
+        *REPLY_DELTAS,
     },
     # The rest of a handed-over turn: the chat function's loop and tools, so its grants, less sending to
     # TurnQueue and the by_customer index (only the conversation list reads it), plus what its own event
@@ -711,6 +739,7 @@ ALLOWED: dict[str, set[Pair]] = {
         ("bedrock:InvokeModel", "param:BedrockInferenceProfileArn"),
         ("bedrock:InvokeModel", "param:BedrockModelArns"),
         *POLICY_READS,
+        *REPLY_DELTAS,
     },
     # The turn sweep: handed-over turns through the sparse index (no Scan), the conversation's header and the
     # turn record (GetItem, conditional UpdateItem), the turn sent again, TurnDLQ's turns read and deleted. No
@@ -754,8 +783,25 @@ ALLOWED: dict[str, set[Pair]] = {
     "SocketFunction": {
         *{(f"dynamodb:{a}", "ConnectionsTable") for a in _DDB_RW},
         ("dynamodb:GetItem", "ConversationsTable"),
+        ("dynamodb:Query", "ConversationsTable"),  # a subscribe's backlog: the feed (KEY_PREFIXES)
         ("dynamodb:GetItem", "ApprovalsTable"),
         ("execute-api:ManageConnections", CONNECTIONS),
+    },
+    # Stored events pushed: the Conversations stream read, the feed's reads (KEY_PREFIXES), a conversation's
+    # subscribers (the index), a subscription's cursor claimed and a gone connection ended (`conn#`, `owner#`
+    # UpdateItem; its subscriptions found by Query), posts to this API's stage, a batch given up on described.
+    "SocketPushFunction": {
+        *{
+            (f"dynamodb:{a}", "ConversationsTable.StreamArn")
+            for a in ("DescribeStream", "GetShardIterator", "GetRecords")
+        },
+        ("dynamodb:GetItem", "ConversationsTable"),
+        ("dynamodb:Query", "ConversationsTable"),
+        ("dynamodb:Query", "ConnectionsTable/index/subscribers"),
+        ("dynamodb:UpdateItem", "ConnectionsTable"),
+        ("dynamodb:Query", "ConnectionsTable"),
+        ("execute-api:ManageConnections", CONNECTIONS),
+        ("sqs:SendMessage", "SocketPushDLQ"),
     },
     # Claim-then-publish; nothing on CustomerData (the notifier cannot write orders). The SQS
     # actions are what its own event source mapping polls with, on the ApprovalQueue only.
@@ -981,6 +1027,11 @@ ALLOWED_MANAGED = {
         "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
         "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
     },
+    # No AWSLambdaDynamoDBExecutionRole (stream actions on Resource "*"): the mapping is declared by hand.
+    "SocketPushFunction": {
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    },
 }
 
 
@@ -1173,8 +1224,16 @@ KEY_PREFIXES: dict[str, dict[str, dict[str, set[str]]]] = {
         "ConversationsTable": {"dynamodb:UpdateItem": {"rate#reads#", "poll#"}},
         "ConnectionsTable": {"dynamodb:PutItem": {"ticket#"}},
     },
-    # A subscribe reads the conversation's header, nothing else of the table.
-    "SocketFunction": {"ConversationsTable": {"dynamodb:GetItem": {"conv_"}}},
+    # A subscribe reads the conversation's header, and its backlog the feed: the items the feed reads.
+    "SocketFunction": {
+        "ConversationsTable": {"dynamodb:GetItem": {"conv_"}, "dynamodb:Query": {"conv_", "turn#", "note#"}}
+    },
+    # The feed's reads (the header, messages, turn records, notifications); in its own table, the subscriptions'
+    # cursors and a gone connection's end (`conn#`), its owner's count (`owner#`).
+    "SocketPushFunction": {
+        "ConversationsTable": {"dynamodb:GetItem": {"conv_"}, "dynamodb:Query": {"conv_", "turn#", "note#"}},
+        "ConnectionsTable": {"dynamodb:UpdateItem": {"conn#", "owner#"}, "dynamodb:Query": {"conn#"}},
+    },
     # The functions announcing decisions in a conversation's feed (tests/unit/test_notifications_iam.py).
     **{
         f: {"ConversationsTable": {f"dynamodb:{a}": {"note#"} for a in ("GetItem", "PutItem", "UpdateItem")}}
@@ -1260,7 +1319,7 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
     from support_agent.mcp.our_tools import stream_of
     from support_agent.outcomes.store import outcome_key
     from support_agent.reports.store import PARTITION as ROLLUPS
-    from support_agent.sockets.connections import ticket_key
+    from support_agent.sockets.connections import connection_key, owner_key, ticket_key
     from support_agent.store.notifications import partition
     from support_agent.store.polls import partition as poll_partition
     from support_agent.store.ratelimit import counter_key
@@ -1282,6 +1341,8 @@ def test_the_declared_prefixes_are_the_keys_the_stores_build() -> None:
         "outcome#": outcome_key(cid)["conversation_id"],
         "rollup#": ROLLUPS,
         "ticket#": ticket_key("a-ticket"),
+        "conn#": connection_key("a-connection"),
+        "owner#": owner_key("customer:7"),
     }
     declared = {
         p for tables in KEY_PREFIXES.values() for actions in tables.values() for ps in actions.values() for p in ps

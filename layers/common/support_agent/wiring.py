@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from support_agent.reports.job import RollupJob
     from support_agent.reports.store import RollupStore
     from support_agent.sockets.connections import ConnectionStore
+    from support_agent.sockets.deltas import DeltaStreams
+    from support_agent.sockets.pusher import Pusher
     from support_agent.sockets.routes import SocketServices
     from support_agent.store.approvals import ApprovalStore
     from support_agent.store.audit import AuditStore
@@ -265,6 +267,20 @@ def build_mcp_services(settings: Settings, ddb: Any, sqs: Any, payments: Payment
     return McpServices(registry, ddb, settings.conversations_table, settings.audit_table, utc_now, hidden)
 
 
+def build_delta_streams(settings: Settings, ddb: Any) -> DeltaStreams | None:
+    """The reply's text deltas of the chat function's and the worker's turns (sockets/deltas.py); none without a
+    callback URL. A 410 stops only this turn's posts to that connection: ending it in the table is the pusher's (this
+    role reads the ``subscribers`` index and writes nothing there)."""
+    if not settings.websocket_callback_url:
+        return None
+    from support_agent.sockets.deltas import DeltaStreams
+    from support_agent.sockets.push import Poster, management_client
+
+    url = settings.websocket_callback_url
+    poster = Poster(lambda: management_client(url), lambda _connection_id: None)
+    return DeltaStreams(build_connection_store(settings, ddb).subscribers, poster)
+
+
 def build_chat_services(
     settings: Settings, llm: LlmClient, ddb: Any = None, sqs: Any = None, payments: PaymentProvider | None = None
 ) -> ChatServices:
@@ -288,7 +304,12 @@ def build_chat_services(
     tools = build_tool_source(settings, build_registry(settings, ddb, sqs, payments, kit), ddb)
     # Each turn of a conversation with proposals: their decisions (overdue ones expired first), told to the model.
     agent = Agent(
-        settings, llm, conversations, tools, decisions=lambda c, cid: kit.proposals.decisions(c, cid, utc_now())
+        settings,
+        llm,
+        conversations,
+        tools,
+        decisions=lambda c, cid: kit.proposals.decisions(c, cid, utc_now()),
+        streams=build_delta_streams(settings, ddb),
     )
     return ChatServices(
         settings,
@@ -432,11 +453,30 @@ def build_connection_store(settings: Settings, ddb: Any) -> ConnectionStore:
 
 def build_socket_services(settings: Settings, ddb: Any = None, management: Any = None) -> SocketServices:
     """SocketFunction's: the connection store, the poster (its ``apigatewaymanagementapi`` client built on the first
-    post unless ``management`` is given), the conversation's header and the hand-off a person holds."""
-    from support_agent.sockets.push import Poster, management_client
+    post unless ``management`` is given), the conversation's header and the hand-off a person holds, the pusher of
+    a new subscription's backlog."""
     from support_agent.sockets.routes import SocketServices
     from support_agent.store.conversations import ConversationStore
     from support_agent.store.takeover import Takeover
+
+    ddb = client("dynamodb") if ddb is None else ddb
+    pusher = build_socket_pusher(settings, ddb, management)
+    return SocketServices(
+        pusher.connections,
+        pusher.poster,
+        ConversationStore(ddb, settings.conversations_table),
+        Takeover(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
+        pusher,
+    )
+
+
+def build_socket_pusher(settings: Settings, ddb: Any = None, management: Any = None) -> Pusher:
+    """SocketPushFunction's (and a subscribe's backlog): the subscriptions, the feed as its readers read it
+    (TRANSPARENCY), the poster (its ``apigatewaymanagementapi`` client built on the first post unless
+    ``management`` is given)."""
+    from support_agent.feed import Feed
+    from support_agent.sockets.push import Poster, management_client
+    from support_agent.sockets.pusher import Pusher
 
     ddb = client("dynamodb") if ddb is None else ddb
     store = build_connection_store(settings, ddb)
@@ -444,12 +484,8 @@ def build_socket_services(settings: Settings, ddb: Any = None, management: Any =
     def management_api() -> Any:
         return management if management is not None else management_client(settings.websocket_callback_url)
 
-    return SocketServices(
-        store,
-        Poster(management_api, store.mark_gone),
-        ConversationStore(ddb, settings.conversations_table),
-        Takeover(ddb, settings.approvals_table, settings.conversations_table, settings.audit_table),
-    )
+    feed = Feed(ddb, settings.conversations_table, verbose=settings.transparency == "verbose")
+    return Pusher(store, feed, Poster(management_api, store.mark_gone), ddb, settings.connections_table)
 
 
 class _Root:
@@ -646,6 +682,10 @@ class _Root:
         return build_socket_services(get_settings(), self.client("dynamodb"))
 
     @cached_property
+    def socket_pusher(self) -> Pusher:
+        return build_socket_pusher(get_settings(), self.client("dynamodb"))
+
+    @cached_property
     def tickets(self) -> ConnectionStore:
         """EventsFunction's: the WebSocket's ticket issuer (POST /api/ws-ticket)."""
         return build_connection_store(get_settings(), self.client("dynamodb"))
@@ -717,6 +757,10 @@ def socket_services() -> SocketServices:
 
 def tickets() -> ConnectionStore:
     return _root.tickets
+
+
+def socket_pusher() -> Pusher:
+    return _root.socket_pusher
 
 
 def approval_notifier() -> ApprovalNotifier:

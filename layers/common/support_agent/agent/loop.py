@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from support_agent import observability as obs
 from support_agent.agent import history as hist
@@ -30,7 +30,7 @@ from support_agent.errors import (
     TokenBudgetExhausted,
 )
 from support_agent.ids import new_conversation_id
-from support_agent.llm.base import LlmClient, LlmResponse
+from support_agent.llm.base import LlmClient, LlmResponse, TextSink
 from support_agent.messages import Block, Deadline, Message, Usage
 from support_agent.pricing import estimate_usd, price_table
 from support_agent.store.audit import AuditRecord
@@ -88,6 +88,19 @@ class ToolCallTrace:
         }
 
 
+class ReplyStream(TextSink, Protocol):
+    """Where a turn's reply text goes while the model writes it (sockets/deltas.py): every model call of the turn
+    feeds it, and the turn closes it before it returns (its last pieces flushed, bounded; what it answers is
+    not the turn's business)."""
+
+    def close(self) -> object: ...
+
+
+OpenStream = Callable[[str, str, int], ReplyStream | None]
+"""(conversation id, turn id, characters of the turn's text already stored) → the turn's stream, or None when
+nobody follows the conversation."""
+
+
 @dataclass(frozen=True)
 class KeptForPerson:
     """No turn ran: a person answers the conversation (its hand-off is open), so the customer's message was stored
@@ -120,6 +133,7 @@ class Agent:
         now: Callable[[], str] = utc_now,
         checkpoint: Callable[[str], None] | None = None,
         decisions: Callable[[int, str], Iterable[Any]] | None = None,
+        streams: OpenStream | None = None,
     ) -> None:
         self.settings = settings
         self.llm = llm
@@ -133,6 +147,8 @@ class Agent:
         # The customer's decisions on proposed actions (customer id, conversation id → proposals): told to the model
         # as notes from the system in the history (agent/history.py `with_notes`), one Query per turn.
         self.decisions = decisions or (lambda _customer, _conversation: ())
+        # The reply's text to the conversation's followers as it is written (None: never streamed).
+        self.streams = streams
 
     # -- the turn -----------------------------------------------------------------------------
 
@@ -283,6 +299,7 @@ class _Turn:
         # A support teammate's hand-back note, as staff context (agent/prompt.py); the header read with the lease.
         self.system = with_handback(header.handback_note, header.handback_by)
         self.header_fresh = True  # the header was read just now: the first model call need not ask who answers
+        self.stream: ReplyStream | None = None  # the reply's text as written, when the conversation has followers
 
     # persistence -------------------------------------------------------------------------
 
@@ -446,7 +463,23 @@ class _Turn:
         try:
             return self._run(message)
         finally:
+            if self.stream is not None:
+                self.stream.close()  # before the turn returns: Lambda freezes the thread that posts
             self.metrics.flush()
+
+    def _open_stream(self, history: list[StoredMessage]) -> ReplyStream | None:
+        """Asked once a turn. A new conversation has no follower yet; a resumed turn's text goes on after what its
+        earlier model calls stored."""
+        if self.agent.streams is None or self.turn_id is None or self.unsaved_lease is not None:
+            return None
+        written = sum(
+            len(str(b.get("text", "")))
+            for m in history
+            if m.turn_id == self.turn_id and m.role == "assistant"
+            for b in m.content
+            if b.get("type") == "text"
+        )
+        return self.agent.streams(self.conversation_id, self.turn_id, written)
 
     def _hand_over(self, pending_user: Message | None, iteration: int) -> None:
         """Pass the turn to the worker (agent/handover.py); raises HandedOver."""
@@ -460,6 +493,7 @@ class _Turn:
 
     def _run(self, message: str | None) -> TurnResult:
         history = self.agent.conversations.load(self.conversation_id)
+        self.stream = self._open_stream(history)
         decided = self.agent.decisions(self.customer_id, self.conversation_id) if hist.proposed_in(history) else ()
         notes = hist.decision_notes(decided)
         mapped, trailing = hist.with_notes(history, notes)
@@ -545,6 +579,7 @@ class _Turn:
                     self.agent.tools.specs,
                     {"type": "none"} if final else None,  # the last iteration: words, no tool calls
                     deadline=self.deadline,
+                    text=self.stream,
                 )
             except ServiceError as exc:
                 outcome = "unavailable" if isinstance(exc, ModelUnavailable) else "error"

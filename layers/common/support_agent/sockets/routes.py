@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from support_agent.auth import Principal
@@ -25,10 +26,12 @@ from support_agent.ids import CONVERSATION_ID
 from support_agent.sockets.connections import (
     ConnectionStore,
     NotConnected,
+    Subscription,
     TooManyConnections,
     TooManySubscriptions,
 )
-from support_agent.sockets.push import Poster
+from support_agent.sockets.push import Posted, Poster
+from support_agent.sockets.pusher import Pusher
 from support_agent.store.conversations import ConversationStore
 from support_agent.store.takeover import Takeover
 
@@ -43,6 +46,7 @@ class SocketServices:
     poster: Poster
     conversations: ConversationStore  # the header only: whose conversation, which hand-off is open
     takeover: Takeover  # a support person's hold on that hand-off
+    pusher: Pusher  # a new subscription's backlog, pushed as the stream's events are (sockets/pusher.py)
 
 
 class _Message(BaseModel):
@@ -74,8 +78,19 @@ def handle(event: dict[str, Any], services: SocketServices) -> dict[str, Any]:
         services.connections.disconnect(connection_id)
         return OK
     answer = message(route, event.get("body"), connection_id, services)
-    services.poster.post(connection_id, answer)
+    if services.poster.post(connection_id, answer) is Posted.SENT and answer["type"] == "subscribed":
+        backlog(Subscription(connection_id, answer["conversationId"], answer["cursor"]), services)
     return OK
+
+
+def backlog(subscription: Subscription, services: SocketServices) -> None:
+    """The events after the subscription's cursor, right after ``subscribed``: a client resuming with ``after``
+    misses nothing stored meanwhile, and gets nothing twice (the pusher's claim). A read that fails is left to
+    the next push (the cursor stays)."""
+    try:
+        services.pusher.catch_up(subscription)
+    except (ClientError, BotoCoreError):
+        logger.warning("a new subscription's backlog was not pushed", exc_info=True)
 
 
 def connect(event: dict[str, Any], connection_id: str, services: SocketServices) -> dict[str, Any]:

@@ -1,0 +1,240 @@
+"""The reply's text as the model writes it, posted to the conversation's subscribed connections (docs/API.md#websocket).
+
+A turn opens one `DeltaPublisher` only when someone follows its conversation (`DeltaStreams`: one Query on the
+``subscribers`` index as the turn starts); the loop hands it to each model call as the call's `TextSink`. Pieces
+are coalesced (a post once COALESCE_CHARS are pending, or COALESCE_SECONDS after the first of them) and posted by
+a thread of its own from a bounded queue: the model's thread only appends under a lock, so a slow, failing or gone
+connection costs the turn nothing. A full queue merges the next post into the last queued one; no text is
+dropped. `close` flushes what is pending, bounded, before the turn returns: Lambda freezes a background thread
+once the handler has answered, and a thawed one must not post an old turn's text. Nothing here is stored: the
+stored message (its ``message`` event) is the truth the client replaces the streamed text with.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from support_agent.sockets.connections import Subscription
+from support_agent.sockets.push import Posted
+
+logger = logging.getLogger(__name__)
+
+COALESCE_CHARS = 64
+COALESCE_SECONDS = 0.05
+QUEUE_SIZE = 16  # posts waiting at most; then merged, so a stalled connection holds a bounded memory
+CLOSE_SECONDS = 0.2  # the longest a turn waits for its last deltas
+
+
+class Posts(Protocol):
+    """`sockets.push.Poster`: never raises for a connection's fault, says GONE for a 410."""
+
+    def post(self, connection_id: str, message: dict[str, Any]) -> Posted: ...
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One post: ``text`` at ``offset`` of the turn's text; ``restart``: what came before it is void."""
+
+    offset: int
+    text: str
+    restart: bool = False
+
+    def then(self, later: Chunk) -> Chunk:
+        """One post for both: a restart voids this one."""
+        return later if later.restart else Chunk(self.offset, self.text + later.text, self.restart)
+
+
+class Coalescer:
+    """Pieces into posts, by size and by time; ``now`` is given (no thread, no clock: tested step by step)."""
+
+    def __init__(self, offset: int = 0, chars: int = COALESCE_CHARS, seconds: float = COALESCE_SECONDS) -> None:
+        self.offset = offset  # characters of the turn's text sealed into posts so far
+        self._chars, self._seconds = chars, seconds
+        self._pending: list[str] = []
+        self._size = 0
+        self._since: float | None = None  # when the first pending piece (or a restart) came
+        self._restart = False
+
+    def add(self, piece: str, now: float) -> Chunk | None:
+        """The post ``piece`` completes, if any."""
+        if not piece:
+            return None
+        if self._since is None:
+            self._since = now
+        self._pending.append(piece)
+        self._size += len(piece)
+        if self._size >= self._chars or now - self._since >= self._seconds:
+            return self.seal()
+        return None
+
+    def restart(self, now: float) -> None:
+        """A retried model call writes the text again: the pending pieces are void, the next post says so (even an
+        empty one, so a page drops the void text though the retry writes none)."""
+        self._pending, self._size, self.offset, self._restart = [], 0, 0, True
+        self._since = now
+
+    @property
+    def idle(self) -> bool:
+        """Nothing pending (and no restart to say)."""
+        return self._since is None
+
+    def due_in(self, now: float) -> float | None:
+        """Seconds until the pending pieces are due (0 or less: now); None when nothing is pending."""
+        return None if self._since is None else self._since + self._seconds - now
+
+    def seal(self) -> Chunk | None:
+        """What is pending, as one post."""
+        if self._since is None:
+            return None
+        chunk = Chunk(self.offset, "".join(self._pending), self._restart)
+        self.offset += self._size
+        self._pending, self._size, self._since, self._restart = [], 0, None, False
+        return chunk
+
+
+class DeltaPublisher:
+    """One turn's `TextSink` (llm/base.py) posting to ``connections``; `close` it before the turn returns."""
+
+    def __init__(
+        self,
+        conversation_id: str,
+        turn_id: str,
+        connections: Sequence[str],
+        poster: Posts,
+        *,
+        offset: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        queue_size: int = QUEUE_SIZE,
+    ) -> None:
+        self._message = {"type": "delta", "conversationId": conversation_id, "turnId": turn_id}
+        self._connections = list(dict.fromkeys(connections))
+        self._poster = poster
+        self._clock = clock
+        self._queue_size = queue_size
+        self._cond = threading.Condition()
+        self._coalescer = Coalescer(offset)
+        self._queue: deque[Chunk] = deque()
+        self._closing = False
+        self._abandoned = False  # close's bound passed: post nothing more
+        self._thread = threading.Thread(target=self._work, name="text-deltas", daemon=True)
+        self._thread.start()
+
+    # the model's thread ------------------------------------------------------------------------------------
+
+    def delta(self, piece: str) -> None:
+        with self._cond:
+            if self._closing:
+                return
+            started = self._coalescer.idle
+            chunk = self._coalescer.add(piece, self._clock())
+            if chunk is not None:
+                self._enqueue(chunk)
+            elif started:
+                self._cond.notify()  # the thread's timer starts with the first pending piece
+
+    def restart(self) -> None:
+        with self._cond:
+            if not self._closing:
+                self._coalescer.restart(self._clock())
+                self._cond.notify()
+
+    def close(self, timeout: float = CLOSE_SECONDS) -> bool:
+        """Post what is pending, waiting at most ``timeout`` seconds; False when some was left unposted."""
+        with self._cond:
+            if not self._closing:
+                chunk = self._coalescer.seal()
+                if chunk is not None:
+                    self._enqueue(chunk)
+                self._closing = True
+                self._cond.notify()
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            return True
+        with self._cond:
+            self._abandoned = True
+            self._queue.clear()
+        logger.warning("text deltas left unposted at the end of the turn", extra={"timeout": timeout})
+        return False
+
+    def _enqueue(self, chunk: Chunk) -> None:
+        """Under the lock. A restart voids what waits; a full queue takes the post into its last one."""
+        if chunk.restart:
+            self._queue.clear()
+        if len(self._queue) >= self._queue_size:
+            self._queue[-1] = self._queue[-1].then(chunk)
+        else:
+            self._queue.append(chunk)
+        self._cond.notify()
+
+    # the posting thread ------------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                chunk = self._next()
+            if chunk is None:
+                return
+            self._post(chunk)
+
+    def _next(self) -> Chunk | None:
+        """Under the lock: the next post, waiting for one; None once closed and drained, or abandoned."""
+        while not self._abandoned:
+            if self._queue:
+                return self._queue.popleft()
+            if self._closing:
+                return None
+            wait = self._coalescer.due_in(self._clock())
+            if wait is not None and wait <= 0:
+                chunk = self._coalescer.seal()
+                if chunk is not None:
+                    return chunk
+                continue
+            self._cond.wait(wait)
+        return None
+
+    def _post(self, chunk: Chunk) -> None:
+        message: dict[str, Any] = {**self._message, "offset": chunk.offset, "text": chunk.text}
+        if chunk.restart:
+            message["restart"] = True
+        for connection_id in list(self._connections):
+            if self._abandoned:
+                return
+            try:
+                posted = self._poster.post(connection_id, message)
+            except Exception:  # the poster never raises for a connection; anything else is still not the turn's
+                logger.exception("posting a text delta failed", extra={"connection_id": connection_id})
+                continue
+            if posted is Posted.GONE:  # its subscription leaves the index with the connection (the pusher's)
+                self._connections.remove(connection_id)
+
+
+class DeltaStreams:
+    """Opens a turn's `DeltaPublisher`, or none when nobody follows the conversation (or its followers cannot be
+    read: the turn goes on without streaming)."""
+
+    def __init__(
+        self,
+        subscribers: Callable[[str], list[Subscription]],
+        poster: Posts,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._subscribers = subscribers
+        self._poster = poster
+        self._clock = clock
+
+    def __call__(self, conversation_id: str, turn_id: str, offset: int = 0) -> DeltaPublisher | None:
+        """``offset``: the characters of the turn's text its earlier model calls stored (a resumed turn)."""
+        try:
+            connections = [s.connection_id for s in self._subscribers(conversation_id)]
+        except Exception:
+            logger.warning("could not read the conversation's subscribers; the reply is not streamed", exc_info=True)
+            return None
+        if not connections:
+            return None
+        return DeltaPublisher(conversation_id, turn_id, connections, self._poster, offset=offset, clock=self._clock)
