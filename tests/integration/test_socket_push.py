@@ -186,6 +186,36 @@ def test_another_customers_conversation_is_never_pushed_to(socket: Socket, push:
     assert events(socket, "p-8") == []
 
 
+def test_a_failed_post_gives_the_rest_back_and_the_next_push_sends_it(
+    socket: Socket, push: Push, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cid = turn(socket.api, None)
+    _, end = feed(socket.api, cid)
+    subscribed(socket, "p-slow", cid, end)
+    push.stream = Stream(socket.api.stack.physical_ids["ConversationsTable"])
+    turn(socket.api, cid, "And order 1043?")
+    expected, _ = feed(socket.api, cid, end)
+    batch = push.stream.event()
+    posts = socket.management.posts
+    # The third event's post is throttled once (botocore's own retry is bypassed by the recording client).
+    original = socket.management.post_to_connection
+
+    def third_fails(ConnectionId: str, Data: bytes) -> None:
+        if ConnectionId == "p-slow" and len([m for m in posts.get("p-slow", []) if m["type"] == "event"]) == 2:
+            socket.management.failing["p-slow"] = 1
+            push._monkeypatch.setattr(socket.management, "post_to_connection", original)
+        original(ConnectionId, Data)
+
+    push._monkeypatch.setattr(socket.management, "post_to_connection", third_fails)
+    capsys.readouterr()
+    assert push.run(batch) == {"batchItemFailures": []}  # a client's failed post is no record's failure
+    assert events(socket, "p-slow") == expected[:2]
+    assert '"SocketPostsFailed":[1.0]' in capsys.readouterr().out.replace(" ", "")  # SocketPushFailuresAlarm's
+    # The conversation's next push (any record of it) sends the rest, once.
+    assert push.run(batch) == {"batchItemFailures": []}
+    assert events(socket, "p-slow") == expected and len(expected) > 3
+
+
 def test_a_throttled_conversation_fails_its_record_alone(socket: Socket, push: Push) -> None:
     first = turn(socket.api, None)
     second = turn(socket.api, None)

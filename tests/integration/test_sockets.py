@@ -23,16 +23,24 @@ from tests.support.scripted import answer
 
 
 class Management:
-    """Records each post; a connection in ``gone`` answers 410 as API Gateway does for a closed one."""
+    """Records each post; a connection in ``gone`` answers 410 as API Gateway does for a closed one, and one with
+    posts left in ``failing`` answers 429 (API Gateway throttling) that many times."""
 
     def __init__(self) -> None:
         self.posts: dict[str, list[dict[str, Any]]] = {}
         self.gone: set[str] = set()
+        self.failing: dict[str, int] = {}
 
     def post_to_connection(self, ConnectionId: str, Data: bytes) -> None:
         if ConnectionId in self.gone:
             raise ClientError(
                 {"Error": {"Code": "GoneException"}, "ResponseMetadata": {"HTTPStatusCode": 410}}, "PostToConnection"
+            )
+        if self.failing.get(ConnectionId, 0) > 0:
+            self.failing[ConnectionId] -= 1
+            raise ClientError(
+                {"Error": {"Code": "LimitExceededException"}, "ResponseMetadata": {"HTTPStatusCode": 429}},
+                "PostToConnection",
             )
         self.posts.setdefault(ConnectionId, []).append(json.loads(Data))
 

@@ -79,6 +79,7 @@ EMITTED_BY = {
     obs.AUDIT_SEAL_FAILURES: "audit_seal",
     obs.MCP_TOOL_REJECTED: "chat",
     obs.POLICY_REFUSED: "chat",
+    obs.SOCKET_POSTS_FAILED: "socket_push",
     **{
         name: "daily_rollup"
         for name in (
@@ -247,6 +248,17 @@ SIMPLE_ALARMS: dict[str, tuple[Any, ...]] = {
         "GreaterThanThreshold",
         1,
     ),
+    # Stored events not posted to open connections (not a client gone), ten minutes running.
+    "SocketPushFailuresAlarm": (
+        "SupportAgent",
+        "SocketPostsFailed",
+        [{"Name": "service", "Value": "socket_push"}],
+        "Sum",
+        300,
+        10,
+        "GreaterThanOrEqualToThreshold",
+        2,
+    ),
     # Pushes a minute or more behind the stream.
     "SocketPushIteratorAgeAlarm": (
         "AWS/Lambda",
@@ -414,8 +426,9 @@ def test_custom_metric_alarms_watch_what_the_code_emits(cfn: dict[str, Any]) -> 
             checked += 1
     # LlmUnavailable, OldestPendingApprovalAge, OldestApprovedApprovalAge, OldestUnsettledRefundAge,
     # ReconciliationDifferences, AuditRowsTampered, AuditSealFailures, McpToolRejected (chat and turn_worker)
-    # OldestOpenHandoffAge, PolicyRefused (chat, turn_worker and mcp), ResolutionRate and ThumbsDownShare
-    assert checked == 15
+    # OldestOpenHandoffAge, PolicyRefused (chat, turn_worker and mcp), ResolutionRate and ThumbsDownShare,
+    # SocketPostsFailed
+    assert checked == 16
 
 
 def test_oldest_open_handoff_alarm_defaults_to_fifteen_minutes_in_seconds(sam: dict[str, Any]) -> None:

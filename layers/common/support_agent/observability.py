@@ -110,6 +110,8 @@ THUMBS_DOWN_SHARE = "ThumbsDownShare"
 CSAT = "Csat"
 CONVERSATIONS = "Conversations"
 REFUNDED_CENTS = "RefundedCents"
+# Stored events the socket pusher could not post (not a 410: a throttle, a 5xx, a timeout); they go with the next push.
+SOCKET_POSTS_FAILED = "SocketPostsFailed"
 
 METRICS: dict[str, str] = {
     INPUT_TOKENS: MetricUnit.Count.value,
@@ -150,6 +152,7 @@ METRICS: dict[str, str] = {
     CSAT: MetricUnit.NoUnit.value,
     CONVERSATIONS: MetricUnit.Count.value,
     REFUNDED_CENTS: MetricUnit.Count.value,
+    SOCKET_POSTS_FAILED: MetricUnit.Count.value,
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from support_agent import observability as obs
 from support_agent.feed import PAGE_EVENTS, Cursor, Feed
 from support_agent.ids import ULID_RE
 from support_agent.sockets.connections import SUBSCRIPTION_PREFIX, ConnectionStore, Subscription, connection_key
@@ -107,6 +108,7 @@ class Pusher:
             if result is Posted.GONE:
                 return index
             if result is Posted.FAILED:
+                obs.emit(obs.SOCKET_POSTS_FAILED)
                 self._claim(subscription, end, delivered)
                 return index
             delivered = str(event["cursor"])
