@@ -2,7 +2,9 @@
 
 Environment: BENCH_REPORT_ONLY=1 (rewrite the document from the last run's saved results),
 BENCH_RUNS (cold-start runs per variant, default 5), BENCH_TURNS (timed loop turns,
-default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long,feed,cost,paths).
+default 30), BENCH_ONLY (comma-separated sections: cold,imports,loop,aws,cache,long,feed,cost,paths,sockets),
+BENCH_DRY=1 (print the tables; the document goes to a temporary file and no results are saved: docs/PERFORMANCE.md
+and bench/.results.pickle stay as they are).
 
 A partial run (BENCH_ONLY naming fewer than every section) starts from the last run's saved results
 (bench/.results.pickle) and replaces only the sections it measures, so the document it writes keeps
@@ -16,14 +18,16 @@ import contextlib
 import os
 import pickle
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench import report
 from bench.env import ROOT
 
 RESULTS = ROOT / "bench" / ".results.pickle"
-SECTIONS = ("cold", "imports", "loop", "aws", "cache", "long", "feed", "cost", "paths")
+SECTIONS = ("cold", "imports", "loop", "aws", "cache", "long", "feed", "cost", "paths", "sockets")
 
 
 def _start(only: set[str], runs: int, turns: int) -> dict[str, Any]:
@@ -99,6 +103,11 @@ def main() -> None:
 
                 print("the new paths: refunds, the audit chain, MCP, then the local stack ...", file=sys.stderr)
                 results["paths"] = paths.measure(w, turns)
+            if "sockets" in only:  # beside the feed's long poll: its minute prices the waiting page
+                from bench import sockets
+
+                print("the WebSocket beside the long poll: deltas, pushes, an idle page ...", file=sys.stderr)
+                results["sockets"] = sockets.measure(w, warmup=5, runs=turns)
         for section, table in (
             ("loop", report.loop_table),
             ("aws", report.aws_table),
@@ -107,11 +116,18 @@ def main() -> None:
             ("feed", report.feed_table),
             ("cost", report.cost_table),
             ("paths", report.paths_table),
+            ("sockets", report.sockets_table),
         ):
             if section in only and section in results:
                 report.show(table(results))
         if not partial:  # the machine's line describes the full run whose sections a partial run keeps
             results["machine"]["load_after"] = os.getloadavg()
+        if os.environ.get("BENCH_DRY") == "1":  # a trial run: nothing it measured replaces the committed figures
+            path = report.write(results, Path(tempfile.mkdtemp(prefix="bench-dry-")) / "PERFORMANCE.md")
+            print(
+                f"\nBENCH_DRY=1: wrote {path} only (docs/PERFORMANCE.md and {RESULTS.name} untouched)", file=sys.stderr
+            )
+            return
         path = report.write(results)  # before the servers stop: nothing measured is lost to a teardown
         for v in results.get("cold", []):
             v.event = None  # closures over this run's servers: not kept

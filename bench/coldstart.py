@@ -75,15 +75,28 @@ def variants(world: World) -> list[Variant]:
         event["headers"].update({"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"})
         return event
 
+    def ticket_event() -> dict[str, Any]:  # EventsFunction's shortest first request: a WebSocket ticket
+        return _api_event("POST", "/api/ws-ticket", customer)
+
     out = [
         Variant("chat", OURS, ROOT / "functions/chat/app.py", "ChatFunction", chat_event, "ours"),
-        Variant(
-            "chat, SnapStart (simulated: after restore)",
-            OURS,
-            ROOT / "functions/chat/app.py",
-            "ChatFunction",
-            chat_event,
-            "snapstart",
+        *snapstart_variants(
+            {
+                "chat": ("functions/chat/app.py", "ChatFunction", chat_event),
+                "events (POST /api/ws-ticket)": ("functions/events/app.py", "EventsFunction", ticket_event),
+                "mcp (tools/list)": ("functions/mcp/app.py", "McpFunction", mcp_event),
+                "approvals": (
+                    "functions/approvals/app.py",
+                    "ApprovalsFunction",
+                    _api_event("GET", "/api/approvals?status=PENDING", lead),
+                ),
+                "payments webhook (a signed event)": (
+                    "functions/payments_webhook/app.py",
+                    "PaymentsWebhookFunction",
+                    _stripe_event,
+                ),
+                "socket ($disconnect)": ("functions/socket/app.py", "SocketFunction", _socket_event),
+            }
         ),
         Variant("mcp (tools/list)", OURS, ROOT / "functions/mcp/app.py", "McpFunction", mcp_event, "ours"),
         Variant(
@@ -142,6 +155,65 @@ def variants(world: World) -> list[Variant]:
         ):
             out.append(Variant(name, PEERS_PYTHON, HANDLERS / f"{module}.py", None, chat_event, "peer"))
     return out
+
+
+SNAPSTART = "SnapStart (simulated: after restore)"
+# Signs the bench's webhook events; PaymentsWebhookFunction reads it from its environment (never a real secret).
+BENCH_WEBHOOK_SECRET = "whsec_bench"
+
+
+def snapstart_variants(functions: dict[str, tuple[str, str, Any]]) -> list[Variant]:
+    """One simulated-SnapStart variant per API-facing function: {label: (handler file, logical id, event)}.
+
+    cold_child.py runs the handler's prime as part of the "import" and times only the first event after it.
+    """
+    return [
+        Variant(
+            f"{label}, {SNAPSTART}",
+            OURS,
+            ROOT / handler,
+            function,
+            event,
+            "snapstart",
+            env={"STRIPE_WEBHOOK_SECRET": BENCH_WEBHOOK_SECRET} if function == "PaymentsWebhookFunction" else {},
+        )
+        for label, (handler, function, event) in functions.items()
+    ]
+
+
+def _stripe_event() -> dict[str, Any]:
+    """An event Stripe would send, signed now, of a type the ledger ignores: verified and parsed, nothing written."""
+    from support_agent.refunds.webhooks import signature
+
+    body = json.dumps(
+        {
+            "id": f"evt_bench_{time.time_ns()}",
+            "type": "charge.succeeded",
+            "created": int(time.time()),
+            "data": {"object": {"id": "ch_bench", "object": "charge", "status": "succeeded"}},
+        }
+    )
+    now = int(time.time())
+    event = _api_event("POST", "/webhooks/stripe", "")
+    event["headers"].pop("authorization")
+    event["headers"]["stripe-signature"] = f"t={now},v1={signature(body.encode(), BENCH_WEBHOOK_SECRET, now)}"
+    event["body"] = body
+    return event
+
+
+def _socket_event() -> dict[str, Any]:
+    """The WebSocket API's $disconnect for a connection: the socket function's one DynamoDB update."""
+    return {
+        "requestContext": {
+            "routeKey": "$disconnect",
+            "eventType": "DISCONNECT",
+            "connectionId": f"bench{time.time_ns()}=",
+            "requestId": "bench-request",
+            "apiId": "local",
+            "stage": "dev",
+        },
+        "isBase64Encoded": False,
+    }
 
 
 _OUTSIDE: str | None = None

@@ -62,9 +62,10 @@ def settings_for(model_url: str, **extra: str) -> Any:
 
 
 def our_agent(
-    model_url: str, ddb: Any = None, transport: httpx.BaseTransport | None = None, **extra: str
+    model_url: str, ddb: Any = None, transport: httpx.BaseTransport | None = None, turn_ids: bool = False, **extra: str
 ) -> tuple[Any, Callable[..., Any]]:
-    """(agent, turn(conversation_id, message)) on the given DynamoDB client (in memory by default)."""
+    """(agent, turn(conversation_id, message)) on the given DynamoDB client (in memory by default); ``turn_ids``:
+    each turn has a record's id, as the chat function's turns do (a turn without one is never streamed)."""
     from devstack.seed import seed
     from support_agent.auth import Principal
     from support_agent.llm.factory import llm_client_from_settings
@@ -84,7 +85,13 @@ def our_agent(
     def turn(conversation_id: str | None = None, message: str = MESSAGE) -> Any:
         counter[0] += 1
         result = services.agent.run_turn(
-            principal, 7, conversation_id, message, f"bench-{counter[0]}", Deadline.after(27.0)
+            principal,
+            7,
+            conversation_id,
+            message,
+            f"bench-{counter[0]}",
+            Deadline.after(27.0),
+            turn_id=f"turn_bench{counter[0]:08d}" if turn_ids else None,
         )
         # One turn is one invocation: the handler's @metrics.log_metrics writes its EMF line and empties
         # the set, so values never pile up across turns (Powertools formats the whole set per add).
@@ -178,6 +185,50 @@ def measure(world: World, warmup: int, runs: int) -> dict[str, Any]:
     results["ours, full path (DynamoDB on moto)"] = timed(full, warmup, runs)
     results["_steps"] = step_breakdown(world.model_url, max(runs, 30))
     return results
+
+
+class RecordingPoster:
+    """The ``@connections`` poster of a streamed turn, in memory: the streaming path (the adapter's SSE parse, the
+    sink, the coalescer, the posting thread) without a network; counts what it would have posted."""
+
+    def __init__(self) -> None:
+        self.posts = 0
+
+    def post(self, connection_id: str, message: dict[str, Any]) -> Any:
+        from support_agent.sockets.push import Posted
+
+        self.posts += 1
+        return Posted.SENT
+
+
+STREAMING_OFF, STREAMING_ON, STREAMING_OFF_AGAIN = (
+    "streaming off",
+    "streaming on (a DeltaPublisher per turn, recording poster)",
+    "streaming off, again (the noise yardstick)",
+)
+
+
+def streaming(model_url: str, warmup: int, runs: int) -> dict[str, Any]:
+    """Our turn (in-memory store) with the reply's text streamed and not, interleaved in short blocks; ``off`` twice,
+    each on its own agent, so the spread between the two offs is what the run's noise is. Each block follows a
+    conversation of its own, begun untimed (a new conversation's first turn streams to nobody), so every variant's
+    conversations are of equal length and none reaches the length limit."""
+    from support_agent.sockets.deltas import DeltaPublisher
+
+    poster = RecordingPoster()
+    variants: dict[str, Callable[..., Any]] = {}
+    for name in (STREAMING_OFF, STREAMING_ON, STREAMING_OFF_AGAIN):
+        services, variants[name] = our_agent(model_url, turn_ids=True)
+        if name == STREAMING_ON:
+            services.agent.streams = lambda cid, tid, offset: DeltaPublisher(cid, tid, ["bench"], poster, offset=offset)
+    out: dict[str, Any] = {name: {"wall": [], "cpu": []} for name in variants}
+    for _ in range(8):
+        for name, turn in variants.items():
+            cid = turn(None).conversation_id
+            for key, values in timed(lambda turn=turn, cid=cid: turn(cid), warmup, runs // 8 + 1).items():
+                out[name][key] += values
+    out["_posts_per_turn"] = poster.posts / (8 * (warmup + runs // 8 + 1))
+    return out
 
 
 def median(values: list[float]) -> float:

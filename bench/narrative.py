@@ -51,16 +51,9 @@ def summary(results: dict[str, Any]) -> str:
         rows.append(
             [f"cold start: chat ≤ 0.5× the fastest peer ({name})", f"{peer:.2f}×" if peer else "—", _verdict(peer, 0.5)]
         )
-        snap = next((v for v in s["variants"] if v.group == "snapstart"), None)
-        if snap:
-            ratio = snap.median("total_ms") / s["base"].median("total_ms")
-            rows.append(
-                [
-                    "cold start with SnapStart (simulated, restore latency excluded) ≤ 1.3× baseline",
-                    f"{ratio:.2f}×",
-                    _verdict(ratio, 1.3) + " (the baseline not restored)",
-                ]
-            )
+        from bench.report import snapstart_target_rows
+
+        rows.extend(snapstart_target_rows(results))  # every API-facing function's simulated restore
     if "loop" in results:
         r = _loop_ratios(results)
         worse = max(r["floor_wall"], r["floor_cpu"])
@@ -585,16 +578,18 @@ section counts (bench/cost.py's `Recorder`).
 
 STATIC = """## SnapStart
 
-`EnableSnapStart=true` (template parameter, default `false`) turns on Lambda SnapStart for
-ChatFunction: `SnapStart: ApplyOn: PublishedVersions` under the `SnapStartEnabled` condition.
-SnapStart only applies to published versions, so ChatFunction always has `AutoPublishAlias: live`
-and the API invokes the alias (SAM takes `AutoPublishAlias` only as a literal or a Ref to a
+`EnableSnapStart=true` (template parameter, default `false`) turns on Lambda SnapStart for every
+API-facing function (ChatFunction, EventsFunction, McpFunction, ApprovalsFunction,
+PaymentsWebhookFunction and the WebSocket's SocketFunction): `SnapStart: ApplyOn: PublishedVersions`
+under the `SnapStartEnabled` condition. SnapStart only applies to published versions, so each always
+has `AutoPublishAlias: live` and the HTTP and WebSocket APIs invoke the alias
+(SAM takes `AutoPublishAlias` only as a literal or a Ref to a
 non-empty parameter, so it cannot sit behind the condition; an alias without SnapStart costs
 nothing). Python SnapStart needs python3.12+ (the template uses 3.13). The local stack strips both
 properties (`devstack/stack.py`: moto cannot deploy versions or aliases), which
 `tests/unit/test_template.py` checks.
 
-What must be fresh after a restore (`support_agent/snapstart.py`, registered by the chat handler
+What must be fresh after a restore (`support_agent/snapstart.py`, registered by each of those handlers
 through `snapshot_restore_py`, which exists only in the Lambda runtime and is imported guardedly):
 
 * ids (`ids.ulid`: conversations, approvals, audit events) read `os.urandom` per call, and fences
@@ -603,8 +598,9 @@ through `snapshot_restore_py`, which exists only in the Lambda runtime and is im
 * the `random` module's state *is* in the snapshot; it times retry jitter, and identical jitter in
   every restored environment would synchronise their retries. The after-restore hook reseeds it
   from `os.urandom`;
-* the chat handler primes its services before the snapshot (`snapstart.register(prime=...)`):
-  clients, settings and tools are ready after restore. Building them opens no connection; the model
+* each handler primes before the snapshot what its first request would build (`snapstart.register(prime=...)`):
+  its services, clients, settings and tools, the routes' request validation, McpFunction a `tools/list` served
+  in process; all of it is ready after restore. Building them opens no connection; the model
   key is fetched on the first model call, after restore; SnapStart functions get refreshable
   container credentials, which botocore re-reads when they expire. Without SnapStart all of this
   is built on the first request, as before.
@@ -613,7 +609,8 @@ through `snapshot_restore_py`, which exists only in the Lambda runtime and is im
 
 * `make bench` creates `bench/.venv-peers` (git-ignored) on first use and installs the peers there
   from PyPI (`bench/requirements-peers.txt`) — never into `.venv` — then runs `python -m bench`.
-  `BENCH_RUNS`, `BENCH_TURNS` and `BENCH_ONLY=cold,imports,loop,aws,cache,long,feed,cost,paths` adjust a run.
+  `BENCH_RUNS`, `BENCH_TURNS` and `BENCH_ONLY=cold,imports,loop,aws,cache,long,feed,sockets,cost,paths`
+  adjust a run; `BENCH_DRY=1` prints the tables and writes the document to a temporary file instead.
   A partial run (`BENCH_ONLY` naming some sections) starts from the last run's saved results
   (`bench/.results.pickle`, git-ignored) and replaces only what it measured, so this file keeps every
   other section (and its header says what was measured again, when); `BENCH_REPORT_ONLY=1` rewrites
@@ -622,13 +619,15 @@ through `snapshot_restore_py`, which exists only in the Lambda runtime and is im
   template.yaml into moto; `bench/coldstart.py` + `bench/cold_child.py` + `bench/handlers/`;
   `bench/loop.py` + `bench/peer_loops.py`; `bench/aws.py` + `bench/calls.py`; `bench/cache.py`;
   `bench/long.py`; `bench/feed.py` (the event feed); `bench/paths.py` + `bench/paths_stack.py` +
-  `bench/tool_paths.py` (the new paths; tables in `bench/paths_report.py`); `bench/report.py` and
+  `bench/tool_paths.py` (the new paths; tables in `bench/paths_report.py`); `bench/sockets.py` (the WebSocket
+  channel beside the long poll; tables in `bench/sockets_report.py`); `bench/report.py` and
   `bench/narrative.py` write this file.
 * In `make test`, not timed: `tests/unit/test_prompt_cache.py` (prefix stability),
   `tests/integration/test_aws_calls.py` (AWS requests per turn, item sizes),
   `tests/unit/test_budget.py` (history budget), `tests/unit/test_snapstart.py`,
   `tests/integration/test_events_feed.py` (the feed's long poll answers early and empty at the wait's end),
-  `tests/unit/test_bench_feed.py` and `tests/unit/test_bench_paths.py` (the feed and paths sections' arithmetic).
+  `tests/unit/test_bench_feed.py`, `tests/unit/test_bench_paths.py`, `tests/unit/test_bench_sockets.py` and
+  `tests/unit/test_bench_snapstart.py` (those sections' arithmetic).
 
 ## Peers
 

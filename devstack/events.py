@@ -25,6 +25,11 @@ import boto3
 from devstack.functions import FunctionError, FunctionPool
 from devstack.stack import Stack
 
+# How long a stream poller waits after a read that found nothing. Lambda polls each shard of a DynamoDB stream four
+# times a second, and a stored event's push to a WebSocket client (SocketPushFunction) waits on that poll: the same
+# interval here, so the local push latency is bounded as on AWS (bench/sockets.py measures it).
+STREAM_POLL_SECONDS = 0.25
+
 
 @dataclass(frozen=True)
 class QueueSource:
@@ -262,7 +267,7 @@ class EventSources:
             except Exception as exc:  # moto restarting, or the stack stopping: try again shortly
                 print(f"devstack: {source.function} stream poll failed: {exc!r}", file=sys.stderr)
                 busy = False
-            if not busy and self._stop.wait(0.5):
+            if not busy and self._stop.wait(STREAM_POLL_SECONDS):
                 return
 
     def _deliver_stream(
