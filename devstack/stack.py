@@ -14,6 +14,8 @@ What moto cannot deploy, and what is done about it (the one place this is decide
 * ``AutoPublishAlias``, ``DeploymentPreference``, ``ProvisionedConcurrencyConfig`` and
   ``SnapStart`` on functions (and in Globals) are removed before translation: they produce
   ``AWS::Lambda::Version``/``Alias`` and CodeDeploy resources moto's CloudFormation fails on.
+  What names such a function's alias (``!Ref Fn.Alias``, ``${Fn.Alias}`` in a Sub: the WebSocket API's
+  integration and invoke permission) names the function itself instead (:func:`_unalias`).
 * ``AWS::ApiGatewayV2::*`` (the HTTP API, its stage and routes) is dropped: moto's CloudFormation
   would skip it anyway. The routes are read from the SAM template's HttpApi events instead
   (:attr:`Stack.routes`), and the local server maps them to the handlers.
@@ -180,7 +182,29 @@ def _remove_unsupported_function_properties(sam_template: dict[str, Any]) -> lis
         for prop in UNSUPPORTED_FUNCTION_PROPERTIES:
             if props.pop(prop, None) is not None:
                 removed.append(f"{owner}.{prop}")
+    aliased = {r.removesuffix(".AutoPublishAlias") for r in removed if r.endswith(".AutoPublishAlias")}
+    sam_template["Resources"] = _unalias(sam_template["Resources"], aliased - {"Globals"})
+    if "Outputs" in sam_template:
+        sam_template["Outputs"] = _unalias(sam_template["Outputs"], aliased - {"Globals"})
     return removed
+
+
+def _unalias(node: Any, functions: set[str]) -> Any:
+    """``node`` with ``{"Ref": "Fn.Alias"}`` as ``{"Ref": "Fn"}`` and ``${Fn.Alias}`` as ``${Fn.Arn}`` for each of
+    ``functions`` (their alias stripped): both then name the one unversioned function moto deploys."""
+    if isinstance(node, dict):
+        if set(node) == {"Ref"} and isinstance(node["Ref"], str) and node["Ref"].removesuffix(".Alias") in functions:
+            return {"Ref": node["Ref"].removesuffix(".Alias")}
+        if "Fn::Sub" in node:
+            value = node["Fn::Sub"]
+            text = value if isinstance(value, str) else value[0]
+            for name in functions:
+                text = text.replace("${" + name + ".Alias}", "${" + name + ".Arn}")
+            node = {**node, "Fn::Sub": text if isinstance(value, str) else [text, *value[1:]]}
+        return {key: _unalias(value, functions) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_unalias(item, functions) for item in node]
+    return node
 
 
 def _references(node: Any) -> Iterator[str]:

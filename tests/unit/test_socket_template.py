@@ -40,12 +40,12 @@ def test_every_route_targets_the_integration_and_the_integration_the_function(cf
     integration = cfn["Resources"]["SocketIntegration"]["Properties"]
     assert integration["ApiId"] == {"Ref": "WebSocketApi"}
     assert integration["IntegrationType"] == "AWS_PROXY"
-    assert "${SocketFunction.Arn}" in integration["IntegrationUri"]["Fn::Sub"]
+    assert integration["IntegrationUri"]["Fn::Sub"].endswith("/functions/${SocketFunctionAliaslive}/invocations")
 
 
 def test_only_this_api_may_invoke_the_function(cfn: dict[str, Any]) -> None:
     permission = cfn["Resources"]["SocketInvokePermission"]["Properties"]
-    assert permission["FunctionName"] == {"Ref": "SocketFunction"}
+    assert permission["FunctionName"] == {"Ref": "SocketFunctionAliaslive"}  # SnapStart's published version
     assert permission["Principal"] == "apigateway.amazonaws.com"
     assert permission["Action"] == "lambda:InvokeFunction"
     assert permission["SourceArn"] == {"Fn::Sub": f"{API_ARN}/*"}

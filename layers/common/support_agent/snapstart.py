@@ -12,15 +12,18 @@ What this code draws, and whether a restore must refresh it:
   their retries arrive in step, which is what jitter exists to prevent. It is reseeded here.
 * without SnapStart, clients and settings are built on the first request (``wiring.py``). With it,
   the handler passes them as ``prime``: built before the snapshot, so a restored environment starts
-  with them ready. Building them opens no connection and fetches no model key (that waits for the
-  first model call); SnapStart functions get refreshable container credentials, which botocore
-  re-reads when they expire.
+  with them ready. Building them opens no connection and fetches no model key, signing secret or JWKS
+  (each waits for its first use); SnapStart functions get refreshable container credentials, which
+  botocore re-reads when they expire. Every API-facing function primes (functions/*/app.py): its
+  services, the authenticator and, behind Powertools' resolver, each route's request validation
+  (`route_validation`), which Powertools otherwise builds on that route's first request.
 
 ``snapshot_restore_py`` exists only in the Lambda Python runtime; elsewhere registering is a no-op.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 from collections.abc import Callable
@@ -53,3 +56,30 @@ def register(prime: Callable[[], object] | None = None, runtime: Any = None) -> 
     runtime.register_after_restore(reseed)
     _registered = True
     return True
+
+
+def primes(*steps: Callable[[], object]) -> Callable[[], None]:
+    """One prime of several steps, run in order (the runtime takes one hook per registration)."""
+
+    def prime() -> None:
+        for step in steps:
+            step()
+
+    return prime
+
+
+def route_validation(handler: Callable[..., Any]) -> Callable[[], None]:
+    """A step building the request validation of every route `handler` serves.
+
+    ``handler`` is ``api_handler``'s (api/http.py), whose resolver is only in its closure; a handler
+    without one is refused, so a changed ``api_handler`` fails the tests rather than priming nothing.
+    """
+    resolver = inspect.getclosurevars(inspect.unwrap(handler)).nonlocals.get("app")
+    if resolver is None or not hasattr(resolver, "_static_routes"):
+        raise TypeError(f"{handler!r} is not an api_handler: no resolver to prime")
+
+    def prime() -> None:
+        for route in [*resolver._static_routes, *resolver._dynamic_routes]:
+            _ = route.dependant, route.body_field  # cached on the route: its models' validators
+
+    return prime
