@@ -186,6 +186,30 @@ def test_a_duplicated_message_is_acted_on_once(api: Api, monkeypatch: pytest.Mon
     assert len(api.model.requests) == 1
 
 
+def test_a_duplicate_arriving_as_the_turn_ends_does_not_run_it_again(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window CI's load once opened: the worker had released the lease before the turn's record said
+    completed, so a duplicate delivery took the lease over and ran the turn a second time."""
+    _, _running, headers = api.call("POST", "/api/chat", {"message": "hello"}, headers={"prefer": "respond-async"})
+    (message,) = take_messages(api)
+    api.model.script = [answer("Hello!")]
+    api.use_function("TurnWorkerFunction")
+    from support_agent import wiring
+
+    duplicate: list[str] = []
+    finish = TurnStore.finish
+
+    def finish_after_a_duplicate(self: TurnStore, *args: Any, **kwargs: Any) -> Any:
+        if not duplicate:  # the duplicate is delivered after the loop ended, before the record is written
+            duplicate.append(wiring.turn_worker().run(json.loads(message["Body"])))
+        return finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(TurnStore, "finish", finish_after_a_duplicate)
+    assert work(api, [message]) == {"batchItemFailures": []}
+    assert duplicate == ["not_taken"]  # the lease is still the first worker's
+    assert len(api.model.requests) == 1
+    assert turn_view(api, headers["Location"])["status"] == "completed"
+
+
 def test_a_dead_worker_is_restarted_by_the_sweep_without_repeating_a_side_effect(api: Api) -> None:
     _, running, headers = api.call(
         "POST", "/api/chat", {"message": "refund 1043 please"}, headers={"prefer": "respond-async"}

@@ -240,23 +240,28 @@ class TurnLifecycle:
     def _resumed(self, turn: Turn, owner: str, deadline: Deadline) -> str:
         """The loop from the stored history, as the customer who asked, under ``owner``'s kept lease."""
         principal = Principal(turn.actor, "customer", turn.customer_id)
-        with LeaseKeeper(self.conversations, turn.conversation_id, owner, self.settings.lease_seconds) as keeper:
-            try:
-                result = self.agent.resume_turn(
-                    principal,
-                    turn.customer_id,
-                    turn.conversation_id,
-                    owner,
-                    turn.message,
-                    turn.message_seq,
-                    turn.carried,
-                    deadline,
-                    turn_id=turn.turn_id,
-                    lease_lost=lambda: keeper.lost,
-                )
-            except ServiceError as exc:
-                self.ends.failed(turn, exc)
-                obs.logger.info("turn_failed", extra={"event": "turn_failed", "error": exc.kind})
-                return "failed"
-        self.ends.completed(turn, result, verbose=self.settings.transparency == "verbose")
-        return "completed"
+        try:
+            with LeaseKeeper(self.conversations, turn.conversation_id, owner, self.settings.lease_seconds) as keeper:
+                try:
+                    result = self.agent.resume_turn(
+                        principal,
+                        turn.customer_id,
+                        turn.conversation_id,
+                        owner,
+                        turn.message,
+                        turn.message_seq,
+                        turn.carried,
+                        deadline,
+                        turn_id=turn.turn_id,
+                        lease_lost=lambda: keeper.lost,
+                    )
+                except ServiceError as exc:
+                    self.ends.failed(turn, exc)
+                    obs.logger.info("turn_failed", extra={"event": "turn_failed", "error": exc.kind})
+                    return "failed"
+                self.ends.completed(turn, result, verbose=self.settings.transparency == "verbose")
+                return "completed"
+        finally:
+            # Only once the record says how the turn ended: a duplicate delivery that takes the lease over meanwhile
+            # would find the turn still running and run it again (its take-over checks the record).
+            self.conversations.release_lease(turn.conversation_id, owner)

@@ -236,21 +236,20 @@ class Agent:
         """The worker's part of a handed-over turn, under the lease ``owner`` took over: the same loop, from the
         stored history. ``message`` goes at ``message_seq`` unless it is stored already (the synchronous part,
         or an earlier worker that died, stored it); ``carried``: the synchronous part's iterations, usage and
-        trace."""
+        trace. The lease stays held: the caller releases it once the turn's record says how it ended, or a
+        duplicate delivery could take the lease over while the record still says running, and run the turn
+        again (agent/lifecycle.py `resume`)."""
         header = self.conversations.get_header(conversation_id)
         if header is None:
             raise NotFound("conversation not found")
         if message_seq is None or header.next_seq > message_seq:
             message = None
         obs.logger.append_keys(conversation_id=conversation_id)
-        try:
-            turn = _Turn(self, principal, customer_id, header, owner, deadline, None, carried=carried)
-            turn.turn_id = turn_id
-            if lease_lost is not None:
-                turn.lease_lost = lease_lost
-            return turn.run(message)
-        finally:
-            self.conversations.release_lease(conversation_id, owner)
+        turn = _Turn(self, principal, customer_id, header, owner, deadline, None, carried=carried)
+        turn.turn_id = turn_id
+        if lease_lost is not None:
+            turn.lease_lost = lease_lost
+        return turn.run(message)
 
 
 class _Turn:
