@@ -108,9 +108,11 @@ live: $(STAMP)
 tokens: $(STAMP)
 	$(PY) -m devstack.tokens
 
-## make openapi: regenerate docs/openapi.json from the routes (a unit test fails when it is stale)
+## make openapi: regenerate docs/openapi.json from the routes and docs/asyncapi.json from the WebSocket's messages
+## (a unit test fails when either is stale)
 openapi: $(STAMP)
 	$(PY) -m support_agent.api.openapi > docs/openapi.json.tmp && mv docs/openapi.json.tmp docs/openapi.json
+	$(PY) -m support_agent.api.asyncapi > docs/asyncapi.json.tmp && mv docs/asyncapi.json.tmp docs/asyncapi.json
 
 ## make sam: the SAM CLI in .venv-sam/ (the smoke test's `sam build`; also `$(SAM_VENV)/bin/sam deploy`)
 sam: $(SAM_STAMP)

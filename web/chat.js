@@ -25,6 +25,8 @@
     conversationsNext: null,
     loadSeq: 0,
     feed: null, // the open conversation's event feed as followed (see "the event feed")
+    socket: null, // the page's WebSocket (SA.LiveSocket): the feed's events and the reply as it is written
+    socketUp: false, // it is open: the open conversation is followed over it, not by the long poll
     pending: null, // the message being answered: {text, userEl, turnId, firstTurn}
     live: {}, // turnId -> a turn rendered from the feed as it runs
     answered: {}, // turnId -> true once its answer is on the page (a 200 body or the feed)
@@ -93,6 +95,7 @@
       return loadConversations(false); // the first call checks the token
     },
     opened: function () {
+      startSocket(); // before the first message: a new conversation's first reply streams too
       var remembered = SA.store.get("conversationId");
       if (remembered) openConversation(remembered, true);
       else newConversation();
@@ -109,6 +112,7 @@
 
   function signOut(err) {
     stopFollowing(true);
+    state.socket.stop();
     state.pending = null;
     state.orderCurrency = {};
     state.token = null;
@@ -1045,6 +1049,11 @@
   // turn that ended within the catch-up is on the page already (the history, or a 200 body) unless it is the one
   // awaited; of the refund news only the last of each refund, and only when the page shows another status.
   // Event text goes into the page as text (h() makes text nodes), never as HTML.
+  //
+  // While the page's WebSocket is open (see "the WebSocket" below), the catch-up is followed by a subscription
+  // after its cursor instead of the long poll, whether or not anything is under way (an idle subscription costs
+  // nothing): its events go through the same rendering, and no long poll runs. An event is never rendered twice
+  // (its cursor is remembered), whichever way it came.
 
   var FEED_WAIT_SECONDS = 20;
   var FEED_RETRY_MS = [1000, 2000, 5000, 10000, 30000];
@@ -1058,13 +1067,13 @@
 
   /** Follows the open conversation's feed, if anything is under way there (no-op when it already does). */
   function follow() {
-    if (!state.token || !state.conversationId || document.hidden || !feedWanted()) return;
+    if (!state.token || !state.conversationId || document.hidden || !(feedWanted() || state.socketUp)) return;
     var f = state.feed;
     if (!f || f.conversationId !== state.conversationId) {
       stopFollowing(true);
-      f = state.feed = { conversationId: state.conversationId, cursor: null, active: false, gen: 0, timer: null, request: null, failures: 0 };
+      f = state.feed = newFeed(state.conversationId);
     }
-    if (f.active) return;
+    if (f.active || f.via) return;
     f.active = true;
     if (f.request) return; // the poll still in flight from before goes on
     f.catchingUp = true;
@@ -1073,10 +1082,27 @@
     pollSoon(f, 0);
   }
 
+  function newFeed(conversationId) {
+    // via: null (the long poll), "subscribing" or "socket"; seen: the cursors of the events rendered; noSocket: the
+    // socket refused to follow this conversation (the long poll does).
+    return { conversationId: conversationId, cursor: null, active: false, gen: 0, timer: null, request: null, failures: 0, via: null, seen: {}, noSocket: false };
+  }
+
+  /** The events not rendered before (by their cursors, each event's own), marked as rendered now. */
+  function unseen(f, events) {
+    return events.filter(function (e) {
+      if (!e.cursor) return true;
+      var key = [e.cursor, e.type, e.toolUseId || "", e.role || ""].join("|");
+      if (f.seen[key]) return false;
+      f.seen[key] = true;
+      return true;
+    });
+  }
+
   /** Nothing is under way: no poll after the one in flight (its events are still shown). */
   function pauseFollowing() {
     var f = state.feed;
-    if (!f) return;
+    if (!f || f.via) return; // a subscription costs nothing while nothing happens
     f.active = false;
     if (f.timer) clearTimeout(f.timer);
     f.timer = null;
@@ -1087,7 +1113,10 @@
    * (another conversation). */
   function stopFollowing(forget) {
     var f = state.feed;
+    if (f && f.via && !forget) return; // a hidden page: the socket goes on (pushes cost nothing when idle)
+    if (f && f.via) state.socket.send({ action: "unsubscribe", conversationId: f.conversationId });
     if (f) {
+      f.via = null;
       f.active = false;
       f.gen++;
       if (f.timer) clearTimeout(f.timer);
@@ -1137,15 +1166,14 @@
 
   function feedPage(f, page) {
     var gen = f.gen;
-    var events = page.events || [];
-    events.forEach(function (e) {
-      if (e.turnId && e.turnId === state.awaitEnd && (e.type === "turn.completed" || e.type === "turn.failed")) state.awaitEnd = null;
-    });
-    if (!f.catchingUp && !events.length) state.awaitEnd = null; // a whole wait with nothing: it was missed, or is no event
+    var read = page.events || [];
+    var events = unseen(f, read);
+    events.forEach(noteEnd);
+    if (!f.catchingUp && !read.length) state.awaitEnd = null; // a whole wait with nothing: it was missed, or is no event
     if (f.catchingUp) {
       f.caught = f.caught.concat(events);
       if (page.nextCursor) f.catchCursor = page.nextCursor;
-      if (events.length) return pollSoon(f, 0); // there may be more
+      if (read.length) return pollSoon(f, 0); // there may be more
       f.catchingUp = false;
       f.cursor = f.catchCursor;
       var caught = f.caught;
@@ -1157,8 +1185,14 @@
       events.forEach(applyEvent);
     }
     if (f !== state.feed || f.gen !== gen) return; // what it showed ended the following (sign-out, a 401)
+    if (subscribe(f)) return; // the socket follows it from here
     f.active = feedWanted() && !document.hidden && !!state.token;
     if (f.active) pollSoon(f, 0);
+  }
+
+  /** The end of the turn a 200 answered: what it did is on the page now. */
+  function noteEnd(e) {
+    if (e.turnId && e.turnId === state.awaitEnd && (e.type === "turn.completed" || e.type === "turn.failed")) state.awaitEnd = null;
   }
 
   function feedFailed(f, err) {
@@ -1236,6 +1270,140 @@
     scrollTranscript();
   }
 
+  // ---------------------------------------------------------- the WebSocket
+  //
+  // One socket for the page (SA.LiveSocket: a ticket from POST /api/ws-ticket, then the socket), opened once signed
+  // in, before any message: a new conversation's first message is then sent with `Prefer: respond-async` (202 names
+  // the conversation at once) and its turn followed over the socket, reply text included. The open conversation is
+  // subscribed after the feed's cursor; its `event` messages are the feed's events, rendered as the long poll's
+  // are; its `delta` messages are the reply as the model writes it (see streamDelta), replaced by the stored
+  // `message` (or the 200 body) when it comes. A socket that cannot be had, or closes, or refuses the subscription
+  // leaves the following to the long poll from the last cursor (no gap: the cursors; nothing twice: f.seen); the
+  // socket is tried again with a backoff, and takes over again when it is back.
+
+  /** `window.SUPPORT_AGENT_WEBSOCKET = false` (before the page's scripts, e.g. in config.js) keeps the page on the
+   * long poll: for a deployment without the WebSocket API, and for the tests of the long poll itself. */
+  function startSocket() {
+    if (window.SUPPORT_AGENT_WEBSOCKET === false) document.body.setAttribute("data-live", "poll");
+    else state.socket.start();
+  }
+
+  function socketOpened() {
+    state.socketUp = true;
+    document.body.setAttribute("data-live", "socket"); // how the page follows (the long poll: "poll")
+    var f = state.feed;
+    if (f && f.conversationId === state.conversationId) {
+      if (!f.catchingUp) subscribe(f); // the catch-up in flight subscribes when it is done
+    } else {
+      follow();
+    }
+  }
+
+  function socketClosed() {
+    state.socketUp = false;
+    document.body.setAttribute("data-live", "poll");
+    var f = state.feed;
+    if (f && f.via) pollInstead(f);
+  }
+
+  /** The long poll follows the feed again, from the last cursor the socket gave (the page is current up to it: no
+   * catch-up, each event rendered as it comes). */
+  function pollInstead(f) {
+    f.via = null;
+    f.catchingUp = false;
+    f.active = feedWanted() && !document.hidden && !!state.token;
+    if (f.active) pollSoon(f, 0);
+  }
+
+  /** Follows the feed over the socket instead of the long poll (a poll in flight is cancelled: the subscription
+   * pushes what it would have answered); false when the socket cannot. */
+  function subscribe(f) {
+    if (!state.socketUp || f.via || f.noSocket || f !== state.feed || !state.token || document.hidden) return false;
+    if (!state.socket.send({ action: "subscribe", conversationId: f.conversationId, after: f.cursor })) return false;
+    f.via = "subscribing";
+    f.active = false;
+    f.gen++;
+    if (f.timer) clearTimeout(f.timer);
+    f.timer = null;
+    if (f.request) f.request.abort();
+    f.request = null;
+    f.catchingUp = false;
+    feedStatus(null);
+    return true;
+  }
+
+  /** A conversation the page has shown nothing of yet (the first turn's 202): subscribed from its start. */
+  function followNew(conversationId) {
+    stopFollowing(true);
+    var f = (state.feed = newFeed(conversationId));
+    if (subscribe(f)) return true;
+    follow();
+    return false;
+  }
+
+  function socketMessage(m) {
+    var f = state.feed;
+    if (!m || typeof m !== "object") return;
+    if (!m.type) {
+      // The gateway's own answer to a frame its function failed ("Internal server error"): no good for now.
+      if (f && f.via === "subscribing") state.socket.drop();
+      return;
+    }
+    if (m.type === "delta") return streamDelta(m);
+    if (!f || m.conversationId !== f.conversationId) return; // a conversation the page has left
+    if (m.type === "subscribed") {
+      if (f.via) f.via = "socket";
+      return;
+    }
+    if (m.type === "error") {
+      if (!f.via) return;
+      if (m.code === "not_connected") return state.socket.drop(); // closed: the long poll, and a new socket later
+      f.noSocket = true; // not this conversation (not_found, too many): the long poll follows it
+      pollInstead(f);
+      return;
+    }
+    if (m.type !== "event" || !f.via || !m.event) return;
+    var e = m.event;
+    if (!unseen(f, [e]).length) return;
+    if (e.cursor) f.cursor = e.cursor;
+    noteEnd(e);
+    applyEvent(e);
+  }
+
+  // A reply as it is written: each delta puts its text at its offset in the turn's text (code points, as the server
+  // counts them), across the turn's model calls; what the stored `message` events of the turn hold already is
+  // shown by them, so only the text beyond them is shown here. A duplicate or a stale overlap changes nothing; a
+  // gap is filled from the stored text when it covers it (a resumed turn), else the post is dropped (the stored
+  // message mends it); `restart` voids the turn's streamed text (a retried model call writes it again).
+  function streamDelta(m) {
+    if (m.conversationId !== state.conversationId || !m.turnId || state.answered[m.turnId]) return;
+    if (!state.live[m.turnId] && handoffActive()) return;
+    var t = liveTurn(m.turnId);
+    if (t.ended) return;
+    var s = t.stream;
+    var piece = Array.from(String(m.text || ""));
+    var at = Number(m.offset) || 0;
+    if (m.restart) {
+      s.chars = [];
+      s.stored = [];
+    }
+    if (at > s.chars.length) {
+      if (at > s.stored.length) return;
+      s.chars = s.stored.slice(0, at);
+    }
+    if (at + piece.length <= s.chars.length && !m.restart) return;
+    s.chars = s.chars.slice(0, at).concat(piece);
+    showStream(t);
+  }
+
+  function showStream(t) {
+    var s = t.stream;
+    var rest = s.chars.length > s.stored.length ? s.chars.slice(s.stored.length).join("") : "";
+    t.streamEl.textContent = rest;
+    t.streamEl.hidden = !rest;
+    if (rest) scrollTranscript();
+  }
+
   // ------------------------------------------------------- a turn as it runs
 
   /** What a tool call does, in words ("Looking up order 1042"); without its input (quiet) from its name. */
@@ -1259,15 +1427,19 @@
     removeEmpty();
     state.turn++;
     t = state.live[turnId] = { id: turnId, n: state.turn, seen: {}, steps: {}, iterations: [], lastAt: null, text: null, userText: "", ended: false, traceEl: null };
+    t.stream = { chars: [], stored: [] }; // the turn's text as streamed, and as its stored messages hold it
     t.progress = h("ol", { class: "progress", "aria-label": "What the agent did" });
     t.textEl = h("div", { class: "message-text reply-text", hidden: true });
+    // The text being written: not announced (the stored message that replaces it is).
+    t.streamEl = h("div", { class: "message-text stream-text", "data-testid": "stream-text", "aria-hidden": "true", hidden: true });
     t.stateEl = h("span", { class: "turn-state muted" }, "working…");
     t.el = h(
       "article",
       { class: "message assistant live-turn", "data-turn": t.n, "data-turn-id": turnId, "data-state": "running", "aria-busy": "true", "aria-label": "Agent is working" },
       h("div", { class: "message-head" }, h("span", { class: "who" }, "Agent"), simulatedBadge(), t.stateEl),
       t.progress,
-      t.textEl
+      t.textEl,
+      t.streamEl
     );
     $("transcript").appendChild(t.el);
     return t;
@@ -1316,6 +1488,8 @@
     t.text = text;
     t.textEl.textContent = text;
     t.textEl.hidden = !text;
+    t.stream.stored = t.stream.stored.concat(Array.from(text)); // the stored message replaces what was streamed
+    showStream(t);
   }
 
   function liveTool(t, e) {
@@ -1408,6 +1582,7 @@
     t.el.setAttribute("aria-busy", "false");
     t.el.setAttribute("aria-label", "Agent could not answer");
     t.stateEl.textContent = "";
+    t.streamEl.hidden = true; // what was written is void: the turn stored no answer
     t.el.appendChild(h("p", { class: "failed-note" }, "The agent could not finish this turn (" + (error.code || "error") + (error.message ? ": " + error.message : "") + ")."));
     if (isAwaited(t.id)) failPending(new SA.ApiError(500, error.code || "turn_failed", error.message || "The turn failed", null));
   }
@@ -1481,9 +1656,12 @@
     box.value = "";
     setSending(true);
     follow(); // a conversation with an id: its turn's steps show as they are stored
+    // A new conversation has no id to follow until the answer names it: with the socket open, ask for the 202 at
+    // once (the worker runs the turn) and follow its turn over the socket as it is written.
+    var prefer = p.firstTurn && state.socketUp ? "respond-async" : null;
     // One key per message: a resend of it (a lost answer) gets the same turn, never a second one.
     var key = window.crypto && window.crypto.randomUUID ? window.crypto.randomUUID() : String(Date.now()) + Math.random();
-    SA.api("/api/chat", { method: "POST", token: state.token, idempotencyKey: key, body: { conversationId: state.conversationId, message: text } }).then(
+    SA.api("/api/chat", { method: "POST", token: state.token, idempotencyKey: key, prefer: prefer, body: { conversationId: state.conversationId, message: text } }).then(
       function (r) {
         if (p !== state.pending) return; // answered by the feed already, or signed out
         var data = r.data || {};
@@ -1492,9 +1670,11 @@
         if (r.status === 202 && data.owner === "person") return keptForPerson(p, data);
         if (r.status === 202) {
           // The turn goes on in the worker: the feed shows its steps and its answer, and ends the send.
-          $("chat-status").textContent = "The agent is still working (a long turn)…";
-          if (p.firstTurn) loadConversations(false).then(markCurrentConversation, function () {});
+          var first = p.firstTurn;
+          if (first) loadConversations(false).then(markCurrentConversation, function () {});
           p.firstTurn = false;
+          if (prefer && first && data.conversationId && followNew(data.conversationId)) return; // asked for: not long
+          $("chat-status").textContent = "The agent is still working (a long turn)…";
           follow();
           return;
         }
@@ -1513,6 +1693,14 @@
   // ------------------------------------------------------------------- init
 
   function init() {
+    state.socket = new SA.LiveSocket({
+      token: function () {
+        return state.token;
+      },
+      opened: socketOpened,
+      message: socketMessage,
+      closed: socketClosed,
+    });
     $("token-form").addEventListener("submit", function (e) {
       e.preventDefault();
       signIn($("token-input").value, null);
@@ -1553,10 +1741,13 @@
       else follow();
     });
     window.addEventListener("pagehide", function () {
+      state.socket.stop(); // a page kept for going back holds no socket
       stopFollowing(false);
     });
     window.addEventListener("pageshow", function (e) {
-      if (e.persisted) follow();
+      if (!e.persisted || !state.token) return;
+      startSocket();
+      follow();
     });
 
     SA.devTokens().then(function (tokens) {

@@ -20,14 +20,15 @@
 
   /**
    * Call the API. Resolves {status, data}; rejects with ApiError.
-   * opts: {method, body (object, sent as JSON), token, idempotencyKey, signal (an AbortSignal: a cancelled call
-   * rejects with code "aborted")}
+   * opts: {method, body (object, sent as JSON), token, idempotencyKey, prefer (the Prefer header, e.g.
+   * "respond-async"), signal (an AbortSignal: a cancelled call rejects with code "aborted")}
    */
   function api(path, opts) {
     opts = opts || {};
     var headers = { Accept: "application/json" };
     if (opts.token) headers.Authorization = "Bearer " + opts.token;
     if (opts.idempotencyKey) headers["Idempotency-Key"] = opts.idempotencyKey;
+    if (opts.prefer) headers.Prefer = opts.prefer;
     var init = { method: opts.method || "GET", headers: headers, cache: "no-store" };
     if (opts.signal) init.signal = opts.signal;
     if (opts.body !== undefined) {
@@ -309,6 +310,127 @@
     first.focus();
   }
 
+  var SOCKET_RETRY_MS = [1000, 2000, 5000, 10000, 30000];
+  var SOCKET_STEADY_MS = 10000; // open this long: the next failure starts the backoff again
+
+  /**
+   * The page's WebSocket (docs/API.md#websocket): a single-use ticket from POST /api/ws-ticket (a browser cannot set
+   * an Authorization header on a socket), then the socket at the ticket's url. What the page does with it is its
+   * own: opts {token() → the bearer or null, opened(), message(parsed JSON), closed()}. A failed ticket or socket,
+   * or one that closes, is tried again after a backoff (1 s … 30 s) while the page wants it; `stop` ends it.
+   */
+  function LiveSocket(opts) {
+    this.opts = opts;
+    this.ws = null;
+    this.wanted = false;
+    this.failures = 0;
+    this.timer = null;
+    this.gen = 0;
+    this.openedAt = 0;
+  }
+
+  LiveSocket.prototype.start = function () {
+    if (this.wanted) return;
+    this.wanted = true;
+    this.connect();
+  };
+
+  LiveSocket.prototype.stop = function () {
+    this.wanted = false;
+    this.gen++;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    var ws = this.ws;
+    this.ws = null;
+    if (ws) {
+      try {
+        ws.close(1000, "");
+      } catch (e) {
+        /* closing anyway */
+      }
+      this.opts.closed();
+    }
+  };
+
+  LiveSocket.prototype.isOpen = function () {
+    return !!(this.ws && this.ws.readyState === 1);
+  };
+
+  /** Sends a frame; false when the socket is not open. */
+  LiveSocket.prototype.send = function (frame) {
+    if (!this.isOpen()) return false;
+    try {
+      this.ws.send(JSON.stringify(frame));
+      return true;
+    } catch (e) {
+      return false;
+    }
+  };
+
+  /** Closes the socket as a failure (an answer that says it is no good): the page falls back, tries again later. */
+  LiveSocket.prototype.drop = function () {
+    if (this.ws) this.ws.close(4000, "dropped by the page");
+  };
+
+  LiveSocket.prototype.connect = function () {
+    var self = this;
+    var gen = ++this.gen;
+    var token = this.opts.token();
+    if (!this.wanted || !token) return;
+    api("/api/ws-ticket", { method: "POST", token: token }).then(
+      function (r) {
+        if (gen !== self.gen) return;
+        var url = r.data && r.data.url;
+        var ws;
+        try {
+          ws = new WebSocket(String(url));
+        } catch (e) {
+          self.retry(gen);
+          return;
+        }
+        self.ws = ws;
+        ws.onopen = function () {
+          if (self.ws !== ws) return;
+          self.openedAt = Date.now();
+          self.opts.opened();
+        };
+        ws.onmessage = function (e) {
+          if (self.ws !== ws || typeof e.data !== "string") return;
+          var m = null;
+          try {
+            m = JSON.parse(e.data);
+          } catch (err) {
+            return;
+          }
+          self.opts.message(m);
+        };
+        ws.onclose = function () {
+          if (self.ws !== ws) return;
+          self.ws = null;
+          if (self.openedAt && Date.now() - self.openedAt >= SOCKET_STEADY_MS) self.failures = 0;
+          self.openedAt = 0;
+          self.opts.closed();
+          self.retry(gen);
+        };
+      },
+      function () {
+        if (gen === self.gen) self.retry(gen);
+      }
+    );
+  };
+
+  LiveSocket.prototype.retry = function (gen) {
+    var self = this;
+    if (!this.wanted || gen !== this.gen) return;
+    var wait = SOCKET_RETRY_MS[Math.min(this.failures, SOCKET_RETRY_MS.length - 1)];
+    this.failures++;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(function () {
+      self.timer = null;
+      self.connect();
+    }, wait);
+  };
+
   function setBanner(simulated) {
     var b = $("simulated-banner");
     if (b) b.hidden = !simulated;
@@ -335,5 +457,6 @@
     signIn: signIn,
     signedOut: signedOut,
     setBanner: setBanner,
+    LiveSocket: LiveSocket,
   };
 })();

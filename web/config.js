@@ -12,3 +12,10 @@
  * be pasted (a JWT from your identity provider).
  */
 window.SUPPORT_AGENT_API_BASE = "";
+
+/*
+ * The chat page follows a conversation over the WebSocket API (POST /api/ws-ticket gives its URL) and falls back
+ * to the long-polled event feed when the socket fails. Set false to use only the long poll (a deployment without
+ * the WebSocket API, or a proxy that refuses upgrades).
+ */
+window.SUPPORT_AGENT_WEBSOCKET = window.SUPPORT_AGENT_WEBSOCKET ?? true;

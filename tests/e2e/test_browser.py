@@ -585,6 +585,7 @@ def test_a_long_turn_shows_its_tool_calls_as_they_happen_then_its_answer(
     from playwright.sync_api import expect
 
     pg, watch = page
+    pg.add_init_script("window.SUPPORT_AGENT_WEBSOCKET = false")  # the long poll is what this tests
     assert local_stack.model is not None, "the simulated model"
     model = local_stack.model.model
     urls: list[str] = []
@@ -671,6 +672,7 @@ def test_a_leads_decision_reaches_the_open_chat_and_no_one_else(
     from playwright.sync_api import expect
 
     pg, watch = page
+    pg.add_init_script("window.SUPPORT_AGENT_WEBSOCKET = false")  # the long poll is what this tests
     feed_in_flight: list[str] = []
     pg.on("request", lambda r: feed_in_flight.append(r.url) if "/events?" in r.url else None)
     pg.on("requestfinished", lambda r: feed_in_flight.remove(r.url) if r.url in feed_in_flight else None)
@@ -779,6 +781,7 @@ def test_feed_text_quiet_tool_calls_every_decision_and_backoff(
     from playwright.sync_api import Route, expect
 
     pg, watch = page
+    pg.add_init_script("window.SUPPORT_AGENT_WEBSOCKET = false")  # the long poll is what this tests
     refunds = [
         ("apr_A", 1042, 12000, "REFUNDED"),
         ("apr_B", 1044, 16000, "REJECTED"),

@@ -13,7 +13,7 @@ import pytest
 
 from devstack.simulated_model import SimulatedModelServer, start
 from support_agent.auth import Principal
-from support_agent.sockets import push
+from support_agent.sockets import deltas, push
 from support_agent.sockets.connections import ConnectionStore
 from support_agent.store.conversations import ConversationStore, StoredMessage
 from tests.integration.conftest import Api
@@ -126,7 +126,7 @@ def test_a_followed_conversations_turn_streams_its_text_in_order(
     assert second["reply"].strip() in "".join(p["text"] for p in posts)
 
 
-def test_a_conversation_nobody_follows_streams_nothing(
+def test_a_conversation_nobody_follows_posts_nothing(
     api: Api, model: SimulatedModelServer, management: Management, streamed: list[bool]
 ) -> None:
     provider(api, model, "anthropic")
@@ -135,7 +135,7 @@ def test_a_conversation_nobody_follows_streams_nothing(
     _, other = chat(api, "Where is my order 1043?")
     streamed.clear()
     chat(api, "What are the invoices for it?", other["conversationId"])
-    assert streamed and not any(streamed)
+    assert streamed and all(streamed)  # streamed all the same: someone may subscribe while it runs
     assert management.posts == {}
 
 
@@ -156,3 +156,36 @@ def test_a_turn_handed_over_to_the_worker_streams_from_the_worker(
     assert streamed and all(streamed)
     stored = turn_messages(api, cid)[running["turnId"]]
     assert_deltas_are_the_stored_text(management.posts["c-worker"], cid, running["turnId"], text_of(stored))
+
+
+def test_a_subscriber_arriving_after_the_workers_turn_began_still_gets_the_whole_text(
+    api: Api, model: SimulatedModelServer, management: Management, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page of a new conversation subscribes once the 202 has named it: the worker may be writing already."""
+    provider(api, model, "anthropic")
+    _, first = chat(api, "Where is my order 1043?")
+    cid = first["conversationId"]
+    status, running = chat(
+        api, "What are the invoices for it?", cid, prefer="respond-async", **{"idempotency-key": "late-1"}
+    )
+    assert status == 202
+    monkeypatch.setattr(deltas, "REFRESH_SECONDS", 0.0)  # read the followers before every post
+    reads: list[int] = []
+    subscribers = ConnectionStore.subscribers
+
+    def arriving(store: ConnectionStore, conversation_id: str) -> list[Any]:
+        found = subscribers(store, conversation_id)
+        reads.append(len(found))
+        if len(reads) == 1:  # the turn's first post has found nobody: the page subscribes now
+            follow(api, cid, "c-late")
+        return found
+
+    monkeypatch.setattr(ConnectionStore, "subscribers", arriving)
+    (message,) = take_messages(api)
+    assert work(api, [message]) == {"batchItemFailures": []}
+    stored = text_of(turn_messages(api, cid)[running["turnId"]])
+    posts = management.posts["c-late"]
+    assert reads[0] == 0 and reads[-1] == 1
+    assert posts[0]["offset"] == 0 and posts[0]["text"]  # caught up: the text posted before it came, in one post
+    assert [p["offset"] for p in posts] == [sum(len(p["text"]) for p in posts[:i]) for i in range(len(posts))]
+    assert "".join(p["text"] for p in posts) == stored

@@ -14,6 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from support_agent import wiring
+from support_agent.api import asyncapi
 from support_agent.config import get_settings
 from support_agent.sockets.connections import ConnectionStore, connection_key, owner_key, ticket_key
 from support_agent.sockets.routes import SocketServices
@@ -30,6 +31,7 @@ class Management:
         self.posts: dict[str, list[dict[str, Any]]] = {}
         self.gone: set[str] = set()
         self.failing: dict[str, int] = {}
+        self.invalid: list[dict[str, Any]] = []  # posted messages off the document (a delta thread swallows errors)
 
     def post_to_connection(self, ConnectionId: str, Data: bytes) -> None:
         if ConnectionId in self.gone:
@@ -42,7 +44,13 @@ class Management:
                 {"Error": {"Code": "LimitExceededException"}, "ResponseMetadata": {"HTTPStatusCode": 429}},
                 "PostToConnection",
             )
-        self.posts.setdefault(ConnectionId, []).append(json.loads(Data))
+        message = json.loads(Data)
+        try:  # nothing is posted that docs/asyncapi.json does not describe (the socket fixture checks at its end)
+            asyncapi.server_message(message)
+        except (KeyError, ValueError):
+            self.invalid.append(message)
+            raise
+        self.posts.setdefault(ConnectionId, []).append(message)
 
 
 class Socket:
@@ -100,7 +108,9 @@ class Socket:
 def socket(api: Api, monkeypatch: pytest.MonkeyPatch) -> Iterator[Socket]:
     # The module's stack keeps every test's connections: customer 7's would reach the default limit of 5.
     api.overrides["SOCKET_CONNECTIONS_PER_OWNER"] = "50"
-    yield Socket(api, monkeypatch)
+    socket = Socket(api, monkeypatch)
+    yield socket
+    assert socket.management.invalid == [], "posted messages docs/asyncapi.json does not describe"
 
 
 def item(api: Api, pk: str, sk: str) -> dict[str, Any] | None:
@@ -227,8 +237,8 @@ def test_a_410_marks_the_connection_gone_and_subscribers_skip_it(socket: Socket)
     assert sorted(s.connection_id for s in socket.store().subscribers(cid)) == ["c-gone", "c-live"]
     socket.management.gone.add("c-gone")
     poster = socket.services().poster
-    assert poster.post("c-gone", {"type": "ping"}).value == "gone"  # never raises
-    assert poster.post("c-live", {"type": "ping"}).value == "sent"
+    assert poster.post("c-gone", {"type": "unsubscribed", "conversationId": "conv_x"}).value == "gone"  # never raises
+    assert poster.post("c-live", {"type": "unsubscribed", "conversationId": "conv_x"}).value == "sent"
     assert [s.connection_id for s in socket.store().subscribers(cid)] == ["c-live"]
     gone = item(socket.api, connection_key("c-gone"), "conn")
     assert gone is not None and "gone_at" in gone

@@ -207,22 +207,36 @@ def test_a_failing_or_gone_connection_does_not_stop_the_others() -> None:
 # ------------------------------------------------------------------ opening a turn's publisher
 
 
-def test_a_conversation_without_subscribers_gets_no_publisher() -> None:
+def test_a_conversation_without_subscribers_gets_a_publisher_that_reads_them_only_once_text_flows() -> None:
     asked: list[str] = []
 
     def subscribers(conversation_id: str) -> list[Subscription]:
         asked.append(conversation_id)
         return []
 
-    assert DeltaStreams(subscribers, Recorder())("conv_1", "turn_1") is None
-    assert asked == ["conv_1"]
+    poster = Recorder()
+    streams = DeltaStreams(subscribers, poster, clock=Clock())
+    assert streams("conv_1", "") is None  # no turn id: nothing a client could place
+    quiet = streams("conv_1", "turn_0")
+    assert quiet is not None and quiet.close() is True
+    assert asked == []  # no text, no read
+    p = streams("conv_1", "turn_1")
+    assert p is not None
+    p.delta("x" * 64)
+    assert p.close() is True
+    assert asked == ["conv_1"] and poster.posts == {}
 
 
 def test_subscribers_that_cannot_be_read_mean_no_stream_not_a_failed_turn() -> None:
     def subscribers(conversation_id: str) -> list[Subscription]:
         raise RuntimeError("AccessDenied")
 
-    assert DeltaStreams(subscribers, Recorder())("conv_1", "turn_1") is None
+    poster = Recorder()
+    p = DeltaStreams(subscribers, poster, clock=Clock())("conv_1", "turn_1")
+    assert p is not None
+    p.delta("y" * 70)
+    assert p.close() is True
+    assert poster.posts == {}
 
 
 def test_a_followed_conversation_gets_a_publisher_from_the_given_offset() -> None:
@@ -235,3 +249,136 @@ def test_a_followed_conversation_gets_a_publisher_from_the_given_offset() -> Non
     assert poster.posts == {
         "c9": [{"type": "delta", "conversationId": "conv_1", "turnId": "turn_1", "offset": 12, "text": "more"}]
     }
+
+
+# ------------------------------------------------------------------ a subscriber that comes late
+
+
+class Following:
+    """The conversation's followers as the index answers them, changed by the test; each read's clock time kept."""
+
+    def __init__(self, clock: Clock, *connections: str) -> None:
+        self.clock = clock
+        self.connections = list(connections)
+        self.reads: list[float] = []
+
+    def __call__(self) -> list[str]:
+        self.reads.append(self.clock.t)
+        return list(self.connections)
+
+
+def until(condition: Any) -> None:
+    """Waits for the posting thread (a liveness guard, never a measure)."""
+    deadline = threading.Event()
+    timer = threading.Timer(LONG_WAIT, deadline.set)
+    timer.start()
+    try:
+        while not condition():
+            assert not deadline.wait(0.001), "the posting thread did not post"
+    finally:
+        timer.cancel()
+
+
+def posted(poster: Recorder, connection: str) -> int:
+    return len(poster.posts.get(connection, []))
+
+
+def assembled(posts: list[dict[str, Any]]) -> str:
+    """What a page holds after these posts: each text put at its offset, what followed dropped (a restart: all)."""
+    text = ""
+    for m in posts:
+        assert m["offset"] <= len(text) or m.get("restart"), f"a gap before {m}"
+        text = ("" if m.get("restart") else text[: m["offset"]]) + m["text"]
+    return text
+
+
+def late_publisher(poster: Recorder, clock: Clock, following: Following, offset: int = 0) -> DeltaPublisher:
+    return DeltaPublisher("conv_1", "turn_1", (), poster, offset=offset, clock=clock, subscribers=following)
+
+
+def test_a_late_subscriber_gets_the_text_so_far_at_offset_0_then_the_rest() -> None:
+    poster, clock = Recorder(), Clock()
+    following = Following(clock, "c1")
+    p = late_publisher(poster, clock, following)
+    p.delta("a" * 64)
+    until(lambda: posted(poster, "c1") == 1)
+    following.connections.append("c2")  # subscribes now: the next read sees it
+    clock.t += 0.5
+    p.delta("b" * 64)  # not yet read again
+    until(lambda: posted(poster, "c1") == 2)
+    assert "c2" not in poster.posts
+    clock.t += 0.5
+    p.delta("c" * 64)
+    p.delta("tail")
+    assert p.close() is True
+    late = [(m["offset"], m["text"], m.get("restart")) for m in poster.posts["c2"]]
+    assert late[:2] == [(0, "a" * 64 + "b" * 64, None), (128, "c" * 64, None)]
+    assert assembled(poster.posts["c2"]) == assembled(poster.posts["c1"]) == "a" * 64 + "b" * 64 + "c" * 64 + "tail"
+    assert texts(poster.posts["c1"]) == "a" * 64 + "b" * 64 + "c" * 64 + "tail"  # never sent anything twice
+
+
+def test_a_resumed_turns_late_subscriber_is_caught_up_from_the_turns_offset() -> None:
+    poster, clock = Recorder(), Clock()
+    following = Following(clock)
+    p = late_publisher(poster, clock, following, offset=12)
+    p.delta("a" * 64)
+    until(lambda: len(following.reads) == 1)
+    following.connections.append("c2")
+    clock.t += 1
+    p.delta("b" * 64)
+    assert p.close() is True
+    assert [(m["offset"], m["text"]) for m in poster.posts["c2"]] == [(12, "a" * 64), (76, "b" * 64)]
+
+
+def test_a_subscriber_joining_after_a_restart_gets_only_the_text_written_since() -> None:
+    poster, clock = Recorder(), Clock()
+    following = Following(clock, "c1")
+    p = late_publisher(poster, clock, following)
+    p.delta("v" * 64)
+    until(lambda: posted(poster, "c1") == 1)
+    p.restart()
+    p.delta("w" * 64)
+    until(lambda: posted(poster, "c1") == 2)
+    following.connections.append("c2")
+    clock.t += 1
+    p.delta("x" * 64)
+    assert p.close() is True
+    assert [(m["offset"], m["text"], m.get("restart")) for m in poster.posts["c1"]] == [
+        (0, "v" * 64, None),
+        (0, "w" * 64, True),
+        (64, "x" * 64, None),
+    ]
+    assert [(m["offset"], m["text"], m.get("restart")) for m in poster.posts["c2"]] == [
+        (0, "w" * 64, True),  # the voided text never reaches it
+        (64, "x" * 64, None),
+    ]
+
+
+def test_the_subscribers_are_read_at_most_once_a_second_and_only_while_text_flows() -> None:
+    poster, clock = Recorder(), Clock()
+    following = Following(clock, "c1")
+    p = late_publisher(poster, clock, following)
+    clock.t += 5  # no text yet: no read
+    assert following.reads == []
+    for n in range(12):  # a post every 0.25 s for 3 s
+        p.delta(str(n % 10) * 64)
+        until(lambda n=n: posted(poster, "c1") == n + 1)
+        clock.t += 0.25
+    clock.t += 30  # the model thinks, or runs a tool: no text, no read
+    p.delta("z" * 64)
+    assert p.close() is True
+    assert following.reads == [105.0, 106.0, 107.0, 138.0]  # 12 posts in 3 s: 3 reads
+
+
+def test_a_gone_connection_still_in_the_index_is_not_posted_to_again() -> None:
+    poster, clock = Recorder(), Clock()
+    poster.gone.add("c1")
+    following = Following(clock, "c1", "c2")
+    p = late_publisher(poster, clock, following)
+    p.delta("a" * 64)
+    until(lambda: posted(poster, "c2") == 1)
+    clock.t += 1
+    p.delta("b" * 64)
+    assert p.close() is True
+    assert len(following.reads) == 2
+    assert posted(poster, "c1") == 1 and texts(poster.posts["c2"]) == "a" * 64 + "b" * 64

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from support_agent.agent.lifecycle import Answered, Ask, Kept, Running, TurnLifecycle
 from support_agent.api import pagination
@@ -283,11 +283,16 @@ class ThumbBody(BaseModel):
     thumb: Literal["up", "down"]
 
 
+def _whole(value: Any) -> Any:
+    """JSON Schema's integer: 4.0 is one (a client's float formatting), 4.5 is not; true and "4" stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class ClosingBody(BaseModel):
     """The closing rating: a score 1..5 and an optional short comment (stripped)."""
 
     model_config = ConfigDict(extra="forbid")
-    score: int = Field(..., ge=1, le=5, strict=True)
+    score: Annotated[int, BeforeValidator(_whole), Field(ge=1, le=5, strict=True)]
     comment: Annotated[str, StringConstraints(strip_whitespace=True, max_length=COMMENT_MAX_CHARS)] = ""
 
 

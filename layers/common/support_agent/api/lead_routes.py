@@ -209,7 +209,7 @@ def erase_customer(
     return ErasureResult.of(report)
 
 
-_Day = Annotated[str | None, Query(max_length=10, description="YYYY-MM-DD (UTC)")]
+_Day = Annotated[str | None, Query(max_length=10, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD (UTC)")]
 
 
 @router.get(
@@ -224,7 +224,9 @@ _Day = Annotated[str | None, Query(max_length=10, description="YYYY-MM-DD (UTC)"
     tags=_LEAD,
 )
 def reports_daily(
-    from_: Annotated[str | None, Query(alias="from", max_length=10, description="YYYY-MM-DD (UTC)")] = None,
+    from_: Annotated[
+        str | None, Query(alias="from", max_length=10, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD (UTC)")
+    ] = None,
     to: _Day = None,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Response[Any]:

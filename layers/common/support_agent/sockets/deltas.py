@@ -1,13 +1,21 @@
 """The reply's text as the model writes it, posted to the conversation's subscribed connections (docs/API.md#websocket).
 
-A turn opens one `DeltaPublisher` only when someone follows its conversation (`DeltaStreams`: one Query on the
-``subscribers`` index as the turn starts); the loop hands it to each model call as the call's `TextSink`. Pieces
-are coalesced (a post once COALESCE_CHARS are pending, or COALESCE_SECONDS after the first of them) and posted by
-a thread of its own from a bounded queue: the model's thread only appends under a lock, so a slow, failing or gone
-connection costs the turn nothing. A full queue merges the next post into the last queued one; no text is
-dropped. `close` flushes what is pending, bounded, before the turn returns: Lambda freezes a background thread
-once the handler has answered, and a thawed one must not post an old turn's text. Nothing here is stored: the
-stored message (its ``message`` event) is the truth the client replaces the streamed text with.
+A turn with a turn id opens one `DeltaPublisher` (`DeltaStreams`), followed or not: a page that subscribes a moment
+after the turn began (a new conversation's first turn, sent with ``Prefer: respond-async``) must still see it
+written. The loop hands it to each model call as the call's `TextSink`. Pieces are coalesced (a post once
+COALESCE_CHARS are pending, or COALESCE_SECONDS after the first of them) and posted by a thread of its own from a
+bounded queue: the model's thread only appends under a lock, so a slow, failing or gone connection costs the turn
+nothing. A full queue merges the next post into the last queued one; no text is dropped.
+
+Who follows is read by that thread, only while text flows: on the first post, then again at most once every
+REFRESH_SECONDS before a post. So a turn costs one Query on the ``subscribers`` index when its text starts and at
+most one a second while it flows, none when the model writes no text. A connection first seen by such a read is
+sent the text posted so far in one post (at the turn's offset, 0 unless a resumed turn; ``restart`` when a restart
+voided what came before), then the rest as the others get it: its transcript ends with the whole text.
+
+`close` flushes what is pending, bounded, before the turn returns: Lambda freezes a background thread once the
+handler has answered, and a thawed one must not post an old turn's text. Nothing here is stored: the stored message
+(its ``message`` event) is the truth the client replaces the streamed text with.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,6 +37,7 @@ COALESCE_CHARS = 64
 COALESCE_SECONDS = 0.05
 QUEUE_SIZE = 16  # posts waiting at most; then merged, so a stalled connection holds a bounded memory
 CLOSE_SECONDS = 0.2  # the longest a turn waits for its last deltas
+REFRESH_SECONDS = 1.0  # the subscribers are read again at most this often, and only while text flows
 
 
 class Posts(Protocol):
@@ -99,7 +108,8 @@ class Coalescer:
 
 
 class DeltaPublisher:
-    """One turn's `TextSink` (llm/base.py) posting to ``connections``; `close` it before the turn returns."""
+    """One turn's `TextSink` (llm/base.py) posting to ``connections``, and to those ``subscribers`` names later (read
+    by the posting thread: see the module's docstring); `close` it before the turn returns."""
 
     def __init__(
         self,
@@ -111,6 +121,8 @@ class DeltaPublisher:
         offset: int = 0,
         clock: Callable[[], float] = time.monotonic,
         queue_size: int = QUEUE_SIZE,
+        subscribers: Callable[[], Iterable[str]] | None = None,
+        refresh_seconds: float | None = None,
     ) -> None:
         self._message = {"type": "delta", "conversationId": conversation_id, "turnId": turn_id}
         self._connections = list(dict.fromkeys(connections))
@@ -122,6 +134,16 @@ class DeltaPublisher:
         self._queue: deque[Chunk] = deque()
         self._closing = False
         self._abandoned = False  # close's bound passed: post nothing more
+        # The posting thread's own: who to read, when last read, who was ever seen (a gone connection may stay in
+        # the eventually consistent index a while: never posted to again), and the text posted so far from
+        # ``_sent_offset`` (a restart voids it), which a connection seen late is sent first.
+        self._subscribers = subscribers
+        self._refresh_seconds = REFRESH_SECONDS if refresh_seconds is None else refresh_seconds
+        self._refreshed_at: float | None = None
+        self._seen = set(self._connections)
+        self._sent: list[str] = []
+        self._sent_offset = offset
+        self._restarted = False
         self._thread = threading.Thread(target=self._work, name="text-deltas", daemon=True)
         self._thread.start()
 
@@ -199,24 +221,51 @@ class DeltaPublisher:
         return None
 
     def _post(self, chunk: Chunk) -> None:
+        if chunk.restart:
+            self._sent, self._sent_offset, self._restarted = [], 0, True
+        for connection_id in self._refresh():
+            text = "".join(self._sent)
+            if text:  # what it missed, in one post, before this one
+                self._send(connection_id, Chunk(self._sent_offset, text, self._restarted))
+        for connection_id in list(self._connections):
+            self._send(connection_id, chunk)
+        self._sent.append(chunk.text)
+
+    def _refresh(self) -> list[str]:
+        """The connections following now that were never seen, when a read is due (then they are posted to from
+        now on); a read that fails leaves the followers as they were."""
+        now = self._clock()
+        if self._subscribers is None or (
+            self._refreshed_at is not None and now - self._refreshed_at < self._refresh_seconds
+        ):
+            return []
+        self._refreshed_at = now
+        try:
+            new = [c for c in dict.fromkeys(self._subscribers()) if c not in self._seen]
+        except Exception:
+            logger.warning("could not read the conversation's subscribers; posting to those known", exc_info=True)
+            return []
+        self._seen.update(new)
+        self._connections.extend(new)
+        return new
+
+    def _send(self, connection_id: str, chunk: Chunk) -> None:
+        if self._abandoned or connection_id not in self._connections:
+            return
         message: dict[str, Any] = {**self._message, "offset": chunk.offset, "text": chunk.text}
         if chunk.restart:
             message["restart"] = True
-        for connection_id in list(self._connections):
-            if self._abandoned:
-                return
-            try:
-                posted = self._poster.post(connection_id, message)
-            except Exception:  # the poster never raises for a connection; anything else is still not the turn's
-                logger.exception("posting a text delta failed", extra={"connection_id": connection_id})
-                continue
-            if posted is Posted.GONE:  # its subscription leaves the index with the connection (the pusher's)
-                self._connections.remove(connection_id)
+        try:
+            posted = self._poster.post(connection_id, message)
+        except Exception:  # the poster never raises for a connection; anything else is still not the turn's
+            logger.exception("posting a text delta failed", extra={"connection_id": connection_id})
+            return
+        if posted is Posted.GONE:  # its subscription leaves the index with the connection (the pusher's)
+            self._connections.remove(connection_id)
 
 
 class DeltaStreams:
-    """Opens a turn's `DeltaPublisher`, or none when nobody follows the conversation (or its followers cannot be
-    read: the turn goes on without streaming)."""
+    """Opens a turn's `DeltaPublisher`, which reads who follows the conversation itself, only while text flows."""
 
     def __init__(
         self,
@@ -229,12 +278,14 @@ class DeltaStreams:
         self._clock = clock
 
     def __call__(self, conversation_id: str, turn_id: str, offset: int = 0) -> DeltaPublisher | None:
-        """``offset``: the characters of the turn's text its earlier model calls stored (a resumed turn)."""
-        try:
-            connections = [s.connection_id for s in self._subscribers(conversation_id)]
-        except Exception:
-            logger.warning("could not read the conversation's subscribers; the reply is not streamed", exc_info=True)
+        """``offset``: the characters of the turn's text its earlier model calls stored (a resumed turn). None for a
+        turn without an id: no client could tell its deltas from another turn's."""
+        if not turn_id:
             return None
-        if not connections:
-            return None
-        return DeltaPublisher(conversation_id, turn_id, connections, self._poster, offset=offset, clock=self._clock)
+
+        def following() -> list[str]:
+            return [s.connection_id for s in self._subscribers(conversation_id)]
+
+        return DeltaPublisher(
+            conversation_id, turn_id, (), self._poster, offset=offset, clock=self._clock, subscribers=following
+        )
