@@ -292,7 +292,7 @@ def _permitted(resources: dict[str, Any], function: str, api: str) -> list[str]:
         name
         for name, r in resources.items()
         if r.get("Type") == "AWS::Lambda::Permission"
-        and function in set(_references(r["Properties"].get("FunctionName")))
+        and function in {ref.split(".")[0] for ref in _references(r["Properties"].get("FunctionName"))}  # or its alias
         and r["Properties"].get("Principal") == "apigateway.amazonaws.com"
         and r["Properties"].get("Action") == "lambda:InvokeFunction"
         and api in set(_references(r["Properties"].get("SourceArn")))

@@ -275,6 +275,9 @@ NOT_EXERCISED = {
     # A reply's text deltas are posted only to a conversation someone follows (tests/integration/test_reply_deltas.py
     # and test_socket_push.py post them); moto checks no execute-api action: the posts reach devstack's gateway.
     ("execute-api:ManageConnections", "WebSocketApi/<stage>/POST/@connections"): "a subscribed connection",
+    # Who follows the conversation is read by the delta publisher's own thread once text flows; the recorder
+    # follows the function's thread only (tests/integration/test_reply_deltas.py exercises the read).
+    ("dynamodb:Query", "ConnectionsTable/index/subscribers"): "read from the delta posting thread",
     # Only when the policy's newest version does not validate (tests/unit/test_policy_source.py walks it).
     ("ssm:GetParameterHistory", "SupportPolicyParameter"): "a malformed newest policy version",
 }
