@@ -1117,12 +1117,7 @@
     if (f && f.via) state.socket.send({ action: "unsubscribe", conversationId: f.conversationId });
     if (f) {
       f.via = null;
-      f.active = false;
-      f.gen++;
-      if (f.timer) clearTimeout(f.timer);
-      f.timer = null;
-      if (f.request) f.request.abort();
-      f.request = null;
+      haltPoll(f);
     }
     if (forget) state.feed = null;
     feedStatus(null);
@@ -1315,18 +1310,23 @@
     if (f.active) pollSoon(f, 0);
   }
 
-  /** Follows the feed over the socket instead of the long poll (a poll in flight is cancelled: the subscription
-   * pushes what it would have answered); false when the socket cannot. */
-  function subscribe(f) {
-    if (!state.socketUp || f.via || f.noSocket || f !== state.feed || !state.token || document.hidden) return false;
-    if (!state.socket.send({ action: "subscribe", conversationId: f.conversationId, after: f.cursor })) return false;
-    f.via = "subscribing";
+  /** Stops the long poll of feed ``f``: no timer, no request in flight, and an answer still on its way is stale. */
+  function haltPoll(f) {
     f.active = false;
     f.gen++;
     if (f.timer) clearTimeout(f.timer);
     f.timer = null;
     if (f.request) f.request.abort();
     f.request = null;
+  }
+
+  /** Follows the feed over the socket instead of the long poll (a poll in flight is cancelled: the subscription
+   * pushes what it would have answered); false when the socket cannot. */
+  function subscribe(f) {
+    if (!state.socketUp || f.via || f.noSocket || f !== state.feed || !state.token || document.hidden) return false;
+    if (!state.socket.send({ action: "subscribe", conversationId: f.conversationId, after: f.cursor })) return false;
+    f.via = "subscribing";
+    haltPoll(f);
     f.catchingUp = false;
     feedStatus(null);
     return true;
