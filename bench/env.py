@@ -144,7 +144,17 @@ def world() -> Iterator[World]:
         stack = deploy({"JwtSecret": JWT_SECRET, "Transparency": "verbose"}, session=session, endpoint_url=moto_url)
         ddb = session.client("dynamodb", endpoint_url=moto_url)
         seed(ddb, stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"])
-        yield World(moto_url, model_url, stack)
+        # The clients our code builds in this process itself (wiring's: the support policy's SSM read) reach the
+        # local stack too, as a deployed function's reach its region's endpoints.
+        before = os.environ.get("AWS_ENDPOINT_URL")
+        os.environ["AWS_ENDPOINT_URL"] = moto_url
+        try:
+            yield World(moto_url, model_url, stack)
+        finally:
+            if before is None:
+                os.environ.pop("AWS_ENDPOINT_URL", None)
+            else:
+                os.environ["AWS_ENDPOINT_URL"] = before
 
 
 def quiet_logs() -> None:

@@ -104,10 +104,13 @@ def _one_request_at_a_time() -> Any:
     moto checks a condition, then writes, in plain Python, and copies a table a transaction touches while
     other threads may be writing it: under concurrent requests two conditional writes could both pass,
     and a copy fails with "dictionary changed size" (a 500 botocore retries). The load run found the
-    latter. DynamoDB only: other services long-poll (SQS) and must not hold the lock.
+    latter. The DynamoDB Streams reads take the same lock: a stream poller never reads a transaction's
+    records before it has committed or been undone (`_streams_kept_through_rollbacks`). DynamoDB only: other
+    services long-poll (SQS) and must not hold the lock.
     """
     from moto.core.responses import BaseResponse
     from moto.dynamodb.responses import DynamoHandler
+    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 
     lock = threading.RLock()
 
@@ -115,8 +118,47 @@ def _one_request_at_a_time() -> Any:
         with lock:
             return BaseResponse.__dict__["dispatch"].__func__(cls, *args, **kwargs)
 
-    DynamoHandler.dispatch = classmethod(dispatch)  # type: ignore[assignment,method-assign]
-    return lambda: delattr(DynamoHandler, "dispatch")
+    for handler in (DynamoHandler, DynamoDBStreamsHandler):
+        handler.dispatch = classmethod(dispatch)  # type: ignore[assignment,method-assign]
+    undo_rollbacks = _streams_kept_through_rollbacks()
+
+    def undo() -> None:
+        undo_rollbacks()
+        for handler in (DynamoHandler, DynamoDBStreamsHandler):
+            delattr(handler, "dispatch")
+
+    return undo
+
+
+def _streams_kept_through_rollbacks() -> Any:
+    """moto undoes a cancelled TransactWriteItems by putting back a deep copy of every table it touched, and the
+    copy has a copy of the table's stream shard: each shard iterator handed out before reads the discarded one,
+    so a stream poller (devstack/events.py) saw nothing new, ever, after the first cancelled transaction (the
+    WebSocket's pushes stopped mid-session). The table keeps its own shard, holding the records it held before
+    the transaction (no reader saw the others: the Streams reads wait for the same lock). Returns the undo."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original = DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        shards = {
+            name: (table.stream_shard, len(table.stream_shard.items))
+            for name, table in self.tables.items()
+            if table.stream_shard is not None
+        }
+        try:
+            original(self, transact_items)
+        except Exception:
+            for name, (shard, count) in shards.items():
+                table = self.tables.get(name)
+                if table is not None and table.stream_shard is not shard:
+                    del shard.items[count:]
+                    shard.table = table
+                    table.stream_shard = shard
+            raise
+
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    return lambda: setattr(DynamoDBBackend, "transact_write_items", original)
 
 
 def demo_tokens(secret: str, issuer: str, audience: str, simulated: bool) -> dict[str, Any]:

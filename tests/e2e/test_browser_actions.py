@@ -37,8 +37,6 @@ def test_dana_cancels_an_unshipped_order_by_confirming_it(
     from playwright.sync_api import expect
 
     chat, watch = page
-    # On the long poll: over the socket the proposal card did not show once on CI (issue 36, to investigate).
-    chat.add_init_script("window.SUPPORT_AGENT_WEBSOCKET = false")
     assert local_stack.model is not None, "the simulated model"
     stripe = local_stack.stripe.stripe if local_stack.stripe is not None else None
     refunds_before = len(stripe.refunds()) if stripe is not None else 0
@@ -47,6 +45,7 @@ def test_dana_cancels_an_unshipped_order_by_confirming_it(
     chat.goto(f"{local_stack.url}/")
     chat.click("#signin-customer-7")
     expect(chat.locator("#app")).to_be_visible()
+    expect(chat.locator("body")).to_have_attribute("data-live", "socket")  # followed over the WebSocket
     chat.fill("#message", CANCEL)
     chat.click("#send")
     expect(chat.locator(".reply").last.locator(".reply-text")).to_contain_text("Confirm", timeout=REPLY_TIMEOUT_MS)

@@ -106,11 +106,6 @@ def assert_written_then_replaced(pg: Any, stack: LocalStack) -> None:
     assert steps_at is not None and steps_at < last_text, f"no tool step shown before the reply ended: {states}"
 
 
-@pytest.mark.xfail(
-    reason="failed once on CI's fresh clone (the send button stayed disabled for 45 s) though it passes here; "
-    "under investigation (issue 36's closing note)",
-    strict=False,
-)
 def test_the_reply_is_seen_being_written_over_the_socket(paced: LocalStack, page: tuple[Any, Any]) -> None:
     pg, watch = page
     chats: list[tuple[str | None, int]] = []

@@ -62,8 +62,6 @@ def test_a_person_takes_over_the_conversation_and_hands_it_back(
     from playwright.sync_api import expect
 
     chat, chat_watch = page
-    # On the long poll: over the socket this page missed `handoff.assigned` once on CI (issue 36, to investigate).
-    chat.add_init_script("window.SUPPORT_AGENT_WEBSOCKET = false")
     console, console_watch = agent_page
     assert local_stack.model is not None, "the simulated model"
     model = local_stack.model.model
@@ -74,6 +72,7 @@ def test_a_person_takes_over_the_conversation_and_hands_it_back(
     chat.goto(f"{local_stack.url}/")
     chat.click("#signin-customer-7")
     expect(chat.locator("#app")).to_be_visible()
+    expect(chat.locator("body")).to_have_attribute("data-live", "socket")  # followed over the WebSocket
     chat.evaluate("window.__sameDocument = true")  # gone if the page reloads
     chat.fill("#message", ASK)
     chat.click("#send")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
+import pytest
 
 from devstack.demo import acted, actions, handed_back, run, takeover
-from devstack.local import LocalStack
+from devstack.local import REGION, LocalStack
 
 
 def test_seed_scenario_through_approval_to_refunded(local_stack: LocalStack) -> None:
@@ -91,3 +94,42 @@ def _policy_in_force(local: LocalStack) -> int | None:
     ssm = boto3.client("ssm", endpoint_url=local.moto_url)
     found = applied(versions(ssm, local.stack.physical_ids["SupportPolicyParameter"]))
     return found.version if found is not None else None
+
+
+def test_a_cancelled_transaction_leaves_the_tables_stream_readable(local_stack: LocalStack) -> None:
+    """moto undoes a cancelled TransactWriteItems by putting back a copy of the table, and its stream shard with it:
+    every shard iterator handed out before then read the discarded shard, and the stack's stream pollers (the
+    WebSocket's pushes, the audit watcher) saw nothing new for the rest of the session
+    (devstack.local._streams_kept_through_rollbacks). The reader goes on; the cancelled writes left no record."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    session = boto3.Session(region_name=REGION, aws_access_key_id="local", aws_secret_access_key="local")
+    ddb = session.client("dynamodb", endpoint_url=local_stack.moto_url)
+    streams = session.client("dynamodbstreams", endpoint_url=local_stack.moto_url)
+    table = local_stack.stack.physical_ids["ConversationsTable"]
+    arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    (shard,) = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="LATEST")
+
+    def key(seq: int) -> dict[str, Any]:
+        return {"conversation_id": {"S": "devstack-test#rollback"}, "seq": {"N": str(seq)}}
+
+    with pytest.raises(ClientError) as cancelled:
+        ddb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": key(1)}},
+                {"Put": {"TableName": table, "Item": key(2), "ConditionExpression": "attribute_exists(seq)"}},
+            ]
+        )
+    assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
+    ddb.put_item(TableName=table, Item=key(3))
+
+    got = streams.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    mine = [
+        r["dynamodb"]["Keys"]["seq"]["N"]
+        for r in got
+        if r["dynamodb"]["Keys"] == key(int(r["dynamodb"]["Keys"]["seq"]["N"]))
+    ]
+    assert mine == ["3"], got
+    assert "Item" not in ddb.get_item(TableName=table, Key=key(1), ConsistentRead=True)
