@@ -113,8 +113,13 @@ class Paths:
         response = (turns.get(cid, tid) or SimpleNamespace(response={})).response or {}
         self._wait(lambda: "lease_owner" not in self.client.ddb.get_item(TableName=table, Key=key)["Item"], "lease")
         queue = self.local.stack.physical_ids["TurnQueue"].rsplit("/", 1)[-1]
-        invokes = [s for fn, s, _ in self.recorder.invocations[mark[0] :] if fn == "TurnWorkerFunction"]
-        out: dict[str, Any] = split_handover(began, self.clocks.sends, queue, invokes, self.clocks.model_calls)
+
+        def invokes() -> list[float]:
+            return [s for fn, s, _ in self.recorder.invocations[mark[0] :] if fn == "TurnWorkerFunction"]
+
+        # The recorder notes an invocation when it returns, a moment after the worker released the lease.
+        self._wait(lambda: any(t >= began for t in invokes()), "the worker's invocation was not recorded")
+        out: dict[str, Any] = split_handover(began, self.clocks.sends, queue, invokes(), self.clocks.model_calls)
         if counted:
             self.recorder.wait_quiet()
             out.update(
