@@ -43,9 +43,11 @@ class Recorder:
         if not gated:
             self.gate.set()
         self.entered = threading.Event()
+        self.threads: list[threading.Thread] = []  # the thread of each post
 
     def post(self, connection_id: str, message: dict[str, Any]) -> Posted:
         self.posts.setdefault(connection_id, []).append(message)
+        self.threads.append(threading.current_thread())
         self.entered.set()
         self.gate.wait()
         if connection_id in self.failing:
@@ -186,8 +188,7 @@ def test_close_is_bounded_and_then_nothing_more_is_posted() -> None:
     p.delta("tail")
     assert p.close(timeout=0.01) is False  # the thread is still held: the turn goes on without it
     poster.gate.set()
-    p._thread.join(LONG_WAIT)
-    assert not p._thread.is_alive()
+    assert p._done.wait(LONG_WAIT)  # its thread let it go
     assert [m["text"] for m in poster.posts["c1"]] == ["a" * 64]
 
 
@@ -382,3 +383,48 @@ def test_a_gone_connection_still_in_the_index_is_not_posted_to_again() -> None:
     assert p.close() is True
     assert len(following.reads) == 2
     assert posted(poster, "c1") == 1 and texts(poster.posts["c2"]) == "a" * 64 + "b" * 64
+
+
+# ------------------------------------------------------------------ the posting threads, kept for the next turns
+
+
+def _posting_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "text-deltas"}
+
+
+def test_a_turn_that_writes_no_text_takes_no_thread() -> None:
+    poster, clock = Recorder(gated=True), Clock()  # a post would hang: none is made
+    before = _posting_threads()
+    p = publisher(poster, clock)
+    assert p.close(timeout=LONG_WAIT) is True
+    assert _posting_threads() == before and poster.posts == {}
+
+
+def test_the_next_turns_reuse_the_posting_thread() -> None:
+    poster, clock = Recorder(), Clock()
+    first = publisher(poster, clock)
+    first.delta("one")
+    assert first.close(timeout=LONG_WAIT)
+    for n in range(5):
+        p = DeltaPublisher("conv_1", f"turn_{n}", ("c1",), poster, clock=clock)
+        p.delta(f"turn {n}")
+        assert p.close(timeout=LONG_WAIT)
+    assert [m["text"] for m in poster.posts["c1"]] == ["one"] + [f"turn {n}" for n in range(5)]
+    assert len(set(poster.threads)) == 1 and poster.threads[0].daemon  # one thread made, kept for the next turns
+
+
+def test_a_turn_held_by_a_stalled_post_does_not_hold_the_next() -> None:
+    stalled, clock = Recorder(gated=True), Clock()
+    held = publisher(stalled, clock)
+    held.delta("a" * 64)
+    assert stalled.entered.wait(LONG_WAIT)
+    assert held.close(timeout=0.01) is False
+    poster = Recorder()
+    p = publisher(poster, clock)
+    p.delta("next turn")
+    assert p.close(timeout=LONG_WAIT)  # a thread of its own while the other is held
+    assert texts(poster.posts["c1"]) == "next turn"
+    assert poster.threads[0] is not stalled.threads[0]
+    stalled.gate.set()
+    assert held._done.wait(LONG_WAIT)
+    assert [m["text"] for m in stalled.posts["c1"]] == ["a" * 64]

@@ -3,9 +3,12 @@
 A turn with a turn id opens one `DeltaPublisher` (`DeltaStreams`), followed or not: a page that subscribes a moment
 after the turn began (a new conversation's first turn, sent with ``Prefer: respond-async``) must still see it
 written. The loop hands it to each model call as the call's `TextSink`. Pieces are coalesced (a post once
-COALESCE_CHARS are pending, or COALESCE_SECONDS after the first of them) and posted by a thread of its own from a
-bounded queue: the model's thread only appends under a lock, so a slow, failing or gone connection costs the turn
-nothing. A full queue merges the next post into the last queued one; no text is dropped.
+COALESCE_CHARS are pending, or COALESCE_SECONDS after the first of them) and posted from a bounded queue by a
+thread that serves this turn alone, from the first piece to `close`: the model's thread only appends under a lock,
+so a slow, failing or gone connection costs the turn nothing. A full queue merges the next post into the last
+queued one; no text is dropped. The threads are kept for the next turns (`_Workers`): making one per turn was
+most of what streaming added to a turn's own time (bench/loop.py's ``streaming``); a turn that writes no text
+takes none.
 
 Who follows is read by that thread, only while text flows: on the first post, then again at most once every
 REFRESH_SECONDS before a post. So a turn costs one Query on the ``subscribers`` index when its text starts and at
@@ -21,6 +24,8 @@ handler has answered, and a thawed one must not post an old turn's text. Nothing
 from __future__ import annotations
 
 import logging
+import os
+import queue
 import threading
 import time
 from collections import deque
@@ -38,6 +43,49 @@ COALESCE_SECONDS = 0.05
 QUEUE_SIZE = 16  # posts waiting at most; then merged, so a stalled connection holds a bounded memory
 CLOSE_SECONDS = 0.2  # the longest a turn waits for its last deltas
 REFRESH_SECONDS = 1.0  # the subscribers are read again at most this often, and only while text flows
+
+
+class _Workers:
+    """Daemon threads that each serve one publisher at a time and are kept for the next: a thread is started only
+    when none is idle, so their number is the most publishers ever open at once in this process (one in a Lambda
+    execution environment). Daemons, as the per-turn thread was: a post stuck past a turn's end never holds up the
+    process's exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # that idle thread will take a job: this one, or one put just before it
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._serve, name="text-deltas", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:  # a publisher's own fault; the thread stays for the next
+                logger.exception("a text delta publisher failed")
+            with self._lock:
+                self._idle += 1
+
+
+_workers = _Workers()
+
+
+def _after_fork() -> None:
+    """A forked child has none of its parent's threads: it starts its own."""
+    global _workers
+    _workers = _Workers()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class Posts(Protocol):
@@ -144,8 +192,8 @@ class DeltaPublisher:
         self._sent: list[str] = []
         self._sent_offset = offset
         self._restarted = False
-        self._thread = threading.Thread(target=self._work, name="text-deltas", daemon=True)
-        self._thread.start()
+        self._started = False  # a thread serves this publisher (from its first piece or restart)
+        self._done = threading.Event()  # that thread has finished with it
 
     # the model's thread ------------------------------------------------------------------------------------
 
@@ -159,12 +207,20 @@ class DeltaPublisher:
                 self._enqueue(chunk)
             elif started:
                 self._cond.notify()  # the thread's timer starts with the first pending piece
+            self._start()
 
     def restart(self) -> None:
         with self._cond:
             if not self._closing:
                 self._coalescer.restart(self._clock())
                 self._cond.notify()
+                self._start()
+
+    def _start(self) -> None:
+        """Under the lock: a thread for this publisher, once there is something to post."""
+        if not self._started:
+            self._started = True
+            _workers.run(self._work)
 
     def close(self, timeout: float = CLOSE_SECONDS) -> bool:
         """Post what is pending, waiting at most ``timeout`` seconds; False when some was left unposted."""
@@ -175,8 +231,9 @@ class DeltaPublisher:
                     self._enqueue(chunk)
                 self._closing = True
                 self._cond.notify()
-        self._thread.join(timeout)
-        if not self._thread.is_alive():
+            if not self._started:  # no text came: nothing was pending, no thread to wait for
+                return True
+        if self._done.wait(timeout):
             return True
         with self._cond:
             self._abandoned = True
@@ -197,12 +254,15 @@ class DeltaPublisher:
     # the posting thread ------------------------------------------------------------------------------------
 
     def _work(self) -> None:
-        while True:
-            with self._cond:
-                chunk = self._next()
-            if chunk is None:
-                return
-            self._post(chunk)
+        try:
+            while True:
+                with self._cond:
+                    chunk = self._next()
+                if chunk is None:
+                    return
+                self._post(chunk)
+        finally:
+            self._done.set()
 
     def _next(self) -> Chunk | None:
         """Under the lock: the next post, waiting for one; None once closed and drained, or abandoned."""
