@@ -18,7 +18,7 @@ Every clock is ``perf_counter`` in this process (the model, both clients and the
   each a random 0 to ``MAX_DELAY`` s after the long poll began waiting (bench/feed.py's delays and seed), from the
   write's TransactWriteItems answering to each client's receipt of that very event;
 * **an idle connected client**: what connecting costs (the ticket, ``$connect``, ``subscribe``), ``IDLE_SECONDS``
-  of nothing, and one keepalive frame (API Gateway closes a connection idle for 10 minutes), each function's
+  of nothing, and one keepalive (``ping``: API Gateway closes a connection idle for 10 minutes), each function's
   invocations, their time and DynamoDB request units counted as bench/cost.py counts them.
 
 The streaming overhead of the loop is bench/loop.py's `streaming` (in the parent, against the instant model).
@@ -45,7 +45,7 @@ from bench.feed import MAX_DELAY, SAMPLES, SEED, gb_seconds, percentile
 DELTA_TURNS = int(os.environ.get("BENCH_SOCKET_TURNS", "10"))
 WRITING_SECONDS = 1.5  # the simulated model spreads a streamed reply's text over this (SIMULATED_MODEL_DELAY_SECONDS)
 IDLE_SECONDS = float(os.environ.get("BENCH_SOCKET_IDLE_SECONDS", "30"))  # the idle window (scaled to a minute)
-KEEPALIVE_MINUTES = 9  # a keepalive frame at least this often: API Gateway closes a connection idle for 10
+KEEPALIVE_MINUTES = 5  # the chat page's ping (web/common.js): API Gateway closes a connection idle for 10
 CONNECTION_MINUTES = 120  # API Gateway ends a connection after 2 hours: the page connects again
 MESSAGE_BYTES = 32 * 1024  # API Gateway meters WebSocket messages in 32 KB increments
 GREETING = "Hello, what can you help me with?"  # the simulated model answers it with text only
@@ -382,12 +382,14 @@ def costs(page: Page, recorder: Any, memory: dict[str, int]) -> dict[str, Any]:
     idle_seconds = time.perf_counter() - began
     idle = usage(recorder.since(mark), memory)
     mark, sent, got = recorder.mark(), len(page.sent_bytes), len(page.received_bytes)
-    page.send({"action": "keepalive"})  # no such route: $default answers bad_request, as any unknown frame
+    pinged = time.perf_counter()
+    page.send({"action": "ping"})  # the chat page's keepalive: the route's MOCK integration answers a pong
+    page.socket_in.wait(lambda m: m.get("type") in ("pong", "error"), pinged)
     recorder.wait_quiet()
     keepalive = usage(
         recorder.since(mark), memory, messages=messages(page.sent_bytes[sent:] + page.received_bytes[got:])
     )
-    answer = [m.get("code") for at, m in page.socket_in.items if at >= began and m.get("type") == "error"]
+    answer = [str(m.get("type")) for at, m in page.socket_in.items if at >= pinged]
     return {
         "connect": connect,
         "idle": idle,

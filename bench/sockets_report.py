@@ -216,11 +216,11 @@ waits for the stream's next poll (0–{s["stream_poll_seconds"]} s; Lambda polls
 SocketPushFunction claims and posts it. The long poll's times are its backoff's (the event feed section).
 
 The idle page's minute: a connection minute; its idle window ({s["idle_seconds"]:.0f} s measured: no invocation, no
-DynamoDB request), a keepalive frame every 9 minutes (API Gateway closes a connection idle for 10; the chat page
-sends none today, so an idle page is closed and connects again when it needs to), counted as measured: the frame goes
-to `$default`, one SocketFunction invocation answering {keepalive} (two messages); and a new connection every 2 hours
+DynamoDB request), the chat page's keepalive every 5 minutes (API Gateway closes a connection idle for 10): a
+`ping` frame that API Gateway answers itself (the route's MOCK integration: no function runs), counted as measured:
+answered {keepalive} (two messages); and a new connection every 2 hours
 (API Gateway's limit): the ticket (an HTTP API request, EventsFunction), `$connect` (counted as a message: an
 assumption, the pricing page names messages and minutes only), `subscribe` and its answer, `$disconnect`, on warm
 functions. Lambda's GB-seconds are the local invocations' wall time × the deployed memory (the local worker's IPC
-included: an overestimate). A WebSocket protocol ping (a control frame) would cost no invocation; whether API Gateway
-bills it as a message is not stated, so the data frame is what is priced."""
+included: an overestimate). A WebSocket protocol ping (a control frame) is not what API Gateway's idle timer is
+documented to count, and a browser's page cannot send one: the data frame is what the page sends and is priced."""

@@ -3,7 +3,10 @@
 moto's CloudFormation skips ``AWS::ApiGatewayV2::*`` and moto's ``post_to_connection`` accepts any id and never
 answers 410, so `make dev` and the tests serve the API themselves, read from the template's ApiGatewayV2 resources
 (never from a second list): the ``WEBSOCKET`` Api's ``RouteSelectionExpression``, each Route's ``RouteKey`` and
-``Target: integrations/<Integration>``, each ``AWS_PROXY`` Integration's ``IntegrationUri`` naming a function.
+``Target: integrations/<Integration>``, each ``AWS_PROXY`` Integration's ``IntegrationUri`` naming a function. A
+``MOCK`` integration (the keepalive's) is served as API Gateway serves it when its route has a RouteResponse: the
+IntegrationResponse's ``$default`` ResponseTemplate is sent back, and no function runs; only a literal template
+(no VTL) is served.
 
 What a client and a function see is API Gateway's: ``$connect`` on the upgrade request (a non-2xx answer refuses
 it with that status), each text frame routed by the selection expression (``$default`` when nothing matches) as a
@@ -13,8 +16,8 @@ for a connection that is gone or never was) is on a port of its own: websockets'
 method but GET and any request body, so it cannot answer boto3's ``post_to_connection`` on the socket's port.
 A request without a SigV4 ``Authorization`` header is refused, as AWS refuses it; the signature is not checked.
 
-Not reproduced: the 10-minute idle and 2-hour connection limits, and concurrency within one connection (its
-frames are handled one after another, in its own thread).
+Not reproduced: the 10-minute idle and 2-hour connection limits (`drop_connections` closes every connection as
+they would), and concurrency within one connection (its frames are handled one after another, in its own thread).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class WebSocketApi:
     selection: tuple[str, ...]  # ``$request.body.action`` → ("action",)
     routes: dict[str, str]  # route key → the logical id of the function its integration invokes
     stage: str  # the stage's name ("" when the template declares none)
+    mocks: dict[str, str] = field(default_factory=dict)  # route key → what its MOCK integration answers
 
 
 # ------------------------------------------------------------------ the API, read from the template
@@ -84,16 +88,21 @@ def websocket_api(template: Mapping[str, Any], parameters: Mapping[str, str] | N
         raise TemplateError(f"one WebSocket API is served locally, the template has {', '.join(sorted(apis))}")
     api = apis[0]
     routes: dict[str, str] = {}
+    mocks: dict[str, str] = {}
     for logical_id, resource in _of_api(resources, "AWS::ApiGatewayV2::Route", api):
         props = resource["Properties"]
         key = props.get("RouteKey")
         if not isinstance(key, str):
             raise TemplateError(f"{logical_id}: RouteKey must be a string")
-        if key in routes:
+        if key in routes or key in mocks:
             raise TemplateError(f"{logical_id}: a second route for {key}")
-        routes[key] = _route_function(resources, logical_id, props, api)
+        integration = _route_integration(resources, logical_id, props, api)
+        if resources[integration]["Properties"].get("IntegrationType") == "MOCK":
+            mocks[key] = _mock_answer(resources, logical_id, integration, api)
+        else:
+            routes[key] = _route_function(resources, integration)
     expression = resources[api]["Properties"].get("RouteSelectionExpression", "")
-    return WebSocketApi(api, _selection(api, expression), routes, _stage(template, api, parameters or {}))
+    return WebSocketApi(api, _selection(api, expression), routes, _stage(template, api, parameters or {}), mocks)
 
 
 def _of_api(resources: Mapping[str, Any], kind: str, api: str) -> list[tuple[str, Any]]:
@@ -104,8 +113,8 @@ def _of_api(resources: Mapping[str, Any], kind: str, api: str) -> list[tuple[str
     ]
 
 
-def _route_function(resources: Mapping[str, Any], route: str, props: Mapping[str, Any], api: str) -> str:
-    """The function behind a route: its ``integrations/<id>`` Target, that integration's IntegrationUri."""
+def _route_integration(resources: Mapping[str, Any], route: str, props: Mapping[str, Any], api: str) -> str:
+    """The integration a route's ``integrations/<id>`` Target names."""
     target = props.get("Target")
     if target is None:
         raise TemplateError(f"{route}: no Target (a route without an integration answers nothing)")
@@ -113,11 +122,35 @@ def _route_function(resources: Mapping[str, Any], route: str, props: Mapping[str
     if len(integrations) != 1:
         raise TemplateError(f"{route}: Target must name one AWS::ApiGatewayV2::Integration, found {integrations}")
     integration = integrations[0]
-    iprops = resources[integration].get("Properties", {})
-    if iprops.get("ApiId") != {"Ref": api}:
+    if resources[integration].get("Properties", {}).get("ApiId") != {"Ref": api}:
         raise TemplateError(f"{route}: {integration} belongs to another API")
+    return integration
+
+
+def _mock_answer(resources: Mapping[str, Any], route: str, integration: str, api: str) -> str:
+    """What a MOCK integration's route sends back: its IntegrationResponse's ``$default`` template, when the route
+    has a RouteResponse (without one, API Gateway sends nothing back: such a route is refused here)."""
+    if not any(
+        r.get("Properties", {}).get("ApiId") == {"Ref": api} and r["Properties"].get("RouteId") == {"Ref": route}
+        for _, r in _of_api(resources, "AWS::ApiGatewayV2::RouteResponse", api)
+    ):
+        raise TemplateError(f"{route}: a MOCK route without a RouteResponse answers nothing")
+    answers = [
+        r["Properties"].get("ResponseTemplates", {}).get("$default")
+        for _, r in _of_api(resources, "AWS::ApiGatewayV2::IntegrationResponse", api)
+        if r["Properties"].get("IntegrationId") == {"Ref": integration}
+        and r["Properties"].get("IntegrationResponseKey") == "$default"
+    ]
+    if len(answers) != 1 or not isinstance(answers[0], str) or "$" in answers[0] or "#" in answers[0]:
+        raise TemplateError(f"{integration}: a MOCK integration needs one $default IntegrationResponse, literal")
+    return answers[0]
+
+
+def _route_function(resources: Mapping[str, Any], integration: str) -> str:
+    """The function an ``AWS_PROXY`` integration's IntegrationUri names."""
+    iprops = resources[integration].get("Properties", {})
     if iprops.get("IntegrationType") != "AWS_PROXY":
-        raise TemplateError(f"{integration}: only AWS_PROXY (Lambda proxy) integrations are served locally")
+        raise TemplateError(f"{integration}: only AWS_PROXY (Lambda proxy) and MOCK integrations are served locally")
     functions = _named(resources, iprops.get("IntegrationUri"), FUNCTION_TYPES)
     if len(functions) != 1:
         raise TemplateError(f"{integration}: IntegrationUri must name one function, found {functions}")
@@ -155,7 +188,7 @@ def route_key(api: WebSocketApi, frame: str) -> str:
         return "$default"
     for part in api.selection:
         value = value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, str) and value in api.routes and value not in CONNECTION_ROUTES:
+    if isinstance(value, str) and (value in api.routes or value in api.mocks) and value not in CONNECTION_ROUTES:
         return value
     return "$default"
 
@@ -302,6 +335,17 @@ class WebSocketGateway:
     def start(self, pools: Mapping[str, Invoker]) -> None:
         self._pools = pools
 
+    def drop_connections(self) -> int:
+        """Closes every open connection (1001 Going Away), as API Gateway does at its idle and 2-hour limits (not
+        reproduced by themselves): ``$disconnect`` follows for each. How a client's fallback is tested mid-turn;
+        answers how many were open."""
+        with self._lock:
+            conns = list(self._open.values())
+        for conn in conns:
+            with contextlib.suppress(ConnectionClosed):
+                conn.socket().close(1001, "Going away")
+        return len(conns)
+
     def stop(self) -> None:
         """Idempotent; open connections are closed (1001) without ``$disconnect``: the functions stop too."""
         if self._stopping:
@@ -376,6 +420,9 @@ class WebSocketGateway:
         route = route_key(self.api, frame)
         event = message_event(conn, self.api, route, frame)
         request_id = event["requestContext"]["requestId"]
+        if route in self.api.mocks:  # API Gateway answers it itself: no function runs
+            conn.send(self.api.mocks[route])
+            return
         if route not in self.api.routes:  # no such route and no $default: API Gateway's answer
             conn.send(json.dumps({"message": "Forbidden", "connectionId": conn.id, "requestId": request_id}))
             return

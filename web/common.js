@@ -312,6 +312,9 @@
 
   var SOCKET_RETRY_MS = [1000, 2000, 5000, 10000, 30000];
   var SOCKET_STEADY_MS = 10000; // open this long: the next failure starts the backoff again
+  // API Gateway closes a connection that carries no frame for 10 minutes: a page that sent nothing for this long
+  // sends {"action": "ping"}, which API Gateway answers itself ({"type": "pong"}: no function runs).
+  var SOCKET_KEEPALIVE_MS = window.SUPPORT_AGENT_SOCKET_KEEPALIVE_MS || 5 * 60 * 1000;
 
   /**
    * The page's WebSocket (docs/API.md#websocket): a single-use ticket from POST /api/ws-ticket (a browser cannot set
@@ -327,6 +330,7 @@
     this.timer = null;
     this.gen = 0;
     this.openedAt = 0;
+    this.keepalive = null; // the ping's timer: set again by each frame the page sends
   }
 
   LiveSocket.prototype.start = function () {
@@ -340,6 +344,7 @@
     this.gen++;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    this.quiet();
     var ws = this.ws;
     this.ws = null;
     if (ws) {
@@ -361,10 +366,26 @@
     if (!this.isOpen()) return false;
     try {
       this.ws.send(JSON.stringify(frame));
-      return true;
     } catch (e) {
       return false;
     }
+    this.idle();
+    return true;
+  };
+
+  /** The keepalive's timer starts again: a ping once the page has sent nothing for SOCKET_KEEPALIVE_MS. */
+  LiveSocket.prototype.idle = function () {
+    var self = this;
+    this.quiet();
+    this.keepalive = setTimeout(function () {
+      self.keepalive = null;
+      self.send({ action: "ping" });
+    }, SOCKET_KEEPALIVE_MS);
+  };
+
+  LiveSocket.prototype.quiet = function () {
+    if (this.keepalive) clearTimeout(this.keepalive);
+    this.keepalive = null;
   };
 
   /** Closes the socket as a failure (an answer that says it is no good): the page falls back, tries again later. */
@@ -392,6 +413,7 @@
         ws.onopen = function () {
           if (self.ws !== ws) return;
           self.openedAt = Date.now();
+          self.idle();
           self.opts.opened();
         };
         ws.onmessage = function (e) {
@@ -402,11 +424,13 @@
           } catch (err) {
             return;
           }
+          if (m && m.type === "pong") return; // the keepalive's answer: the connection lives on
           self.opts.message(m);
         };
         ws.onclose = function () {
           if (self.ws !== ws) return;
           self.ws = null;
+          self.quiet();
           if (self.openedAt && Date.now() - self.openedAt >= SOCKET_STEADY_MS) self.failures = 0;
           self.openedAt = 0;
           self.opts.closed();

@@ -171,3 +171,69 @@ def test_without_the_socket_the_page_answers_through_the_long_poll(
     watch.settle(pg)
     unexpected = [e for e in watch.errors if "ws-ticket" not in e and "WebSocket" not in e and "503" not in e]
     assert unexpected == []
+
+
+def test_the_socket_dropped_mid_turn_the_page_finishes_it_through_the_long_poll_then_the_socket(
+    paced: LocalStack, page: tuple[Any, Any]
+) -> None:
+    """API Gateway closes connections at its limits (10 idle minutes, 2 hours): one closed while the reply is being
+    written. The page follows the feed from its last cursor over the long poll, shows the turn once (its reply the
+    stored one, each tool step once), and is back on a socket for the next turn."""
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    long_polls: list[str] = []
+    pg.on("request", lambda r: long_polls.append(r.url) if LONG_POLL.search(r.url) else None)
+    pg.add_init_script(RECORDER)
+    sign_in(pg, paced, "socket")
+    assert paced.websocket is not None
+
+    pg.fill("#message", "Where is my order 1042?")
+    pg.click("#send")
+    pg.wait_for_function("window.__stream.some(s => s.text)", timeout=REPLY_TIMEOUT_MS)  # being written
+    assert paced.websocket.drop_connections() >= 1
+    expect(pg.locator("#send")).to_be_enabled(timeout=REPLY_TIMEOUT_MS)
+    expect(pg.locator(".reply")).to_have_count(1)
+    reply = pg.locator(".reply").last
+    assert reply.locator(".reply-text").inner_text() == stored_reply(pg, paced)
+    assert reply.locator('.progress-step[data-tool="lookup_order"]').count() == 1
+    assert pg.locator(".stream-text").count() == 0
+    assert long_polls, "the turn was not followed through the long poll once the socket closed"
+
+    expect(pg.locator("body")).to_have_attribute("data-live", "socket", timeout=REPLY_TIMEOUT_MS)  # reconnected
+    polled = len(long_polls)
+    pg.evaluate("window.__stream.splice(0)")
+    send(pg, "What are the invoices for it?")
+    assert_written_then_replaced(pg, paced)
+    assert pg.locator(".reply").count() == 2
+    assert long_polls[polled:] == []  # the socket followed the second turn
+    watch.settle(pg)
+    assert [e for e in watch.errors if "WebSocket" not in e] == []
+
+
+def test_an_idle_page_keeps_its_socket_with_pings_that_api_gateway_answers(
+    local_stack: LocalStack, page: tuple[Any, Any]
+) -> None:
+    """The keepalive, its 5 minutes shortened to 300 ms: each ping is answered with a pong, the socket stays the
+    page's way to follow, and the next turn is still followed over it."""
+    from playwright.sync_api import expect
+
+    pg, watch = page
+    frames: list[tuple[str, str]] = []
+
+    def watched(ws: Any) -> None:
+        ws.on("framesent", lambda payload: frames.append(("sent", str(payload))))
+        ws.on("framereceived", lambda payload: frames.append(("received", str(payload))))
+
+    pg.on("websocket", watched)
+    pg.add_init_script("window.SUPPORT_AGENT_SOCKET_KEEPALIVE_MS = 300;")
+    sign_in(pg, local_stack, "socket")
+    pg.wait_for_timeout(2_000)  # idle: about six keepalives
+    pings = [f for f in frames if f == ("sent", '{"action":"ping"}')]
+    pongs = [f for f in frames if f[0] == "received" and f[1].replace(" ", "") == '{"type":"pong"}']
+    assert len(pings) >= 3 and len(pongs) >= len(pings) - 1, frames
+    assert pg.locator("body").get_attribute("data-live") == "socket"
+    send(pg, "Where is my order 1043?")
+    expect(pg.locator(".reply")).to_have_count(1)
+    assert pg.locator(".reply").last.locator(".reply-text").inner_text() == stored_reply(pg, local_stack)
+    watch.assert_clean(pg)

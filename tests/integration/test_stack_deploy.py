@@ -158,6 +158,8 @@ def test_only_what_moto_cannot_deploy_is_skipped(stack: Stack) -> None:
         "AWS::ApiGatewayV2::Stage",
         "AWS::ApiGatewayV2::Integration",  # the WebSocket API's (SocketFunction deploys; devstack serves its routes)
         "AWS::ApiGatewayV2::Route",
+        "AWS::ApiGatewayV2::RouteResponse",  # the keepalive's, answered by API Gateway (devstack serves it)
+        "AWS::ApiGatewayV2::IntegrationResponse",
         "AWS::Lambda::Permission",
         # moto would consume the queue itself and run the placeholder code in Docker; the
         # notifier tests play the mapping on messages received from the deployed queue.

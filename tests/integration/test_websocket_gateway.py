@@ -137,6 +137,19 @@ def test_a_frame_is_routed_by_its_action_and_a_body_answer_comes_back(
         pools["OtherFunction"].next("other")
 
 
+def test_a_ping_is_answered_by_the_gateway_itself_and_runs_no_function(
+    gateway: WebSocketGateway, pools: dict[str, FakePool]
+) -> None:
+    client, _ = _connected(gateway, pools)
+    with client:
+        for _ in range(2):
+            client.send('{"action": "ping"}')
+            assert json.loads(client.recv(timeout=WAIT)) == {"type": "pong"}
+        client.send('{"action": "nope"}')  # a function's route after it: the pings reached none
+        assert pools["MessageFunction"].next("$default")["body"] == '{"action": "nope"}'
+    assert all(pool.events.empty() for name, pool in pools.items() if name != "ConnectFunction")
+
+
 def test_a_frame_without_a_matching_route_goes_to_default(
     gateway: WebSocketGateway, pools: dict[str, FakePool]
 ) -> None:
@@ -233,6 +246,20 @@ def test_an_unsigned_request_to_connections_is_refused(gateway: WebSocketGateway
         assert answer.headers["x-amzn-ErrorType"] == "ForbiddenException"
 
 
+def test_dropping_the_connections_closes_each_going_away_with_disconnect(
+    gateway: WebSocketGateway, pools: dict[str, FakePool]
+) -> None:
+    clients = [_connected(gateway, pools) for _ in range(2)]
+    assert gateway.drop_connections() == 2
+    for client, _ in clients:
+        with pytest.raises(ConnectionClosed):
+            client.recv(timeout=WAIT)
+        assert client.close_code == 1001
+    gone = {pools["ConnectFunction"].next("$disconnect")["requestContext"]["connectionId"] for _ in clients}
+    assert gone == {cid for _, cid in clients}
+    assert gateway.drop_connections() == 0
+
+
 def test_stopping_closes_open_connections_without_disconnect(pools: dict[str, FakePool]) -> None:
     api = websocket_api(template())
     assert api is not None
@@ -308,6 +335,7 @@ def test_each_websocket_route_of_the_template_has_an_integration_and_a_permitted
         pytest.skip("template.yaml has no WebSocket API yet (issue 36, part B)")
     resources = sam["Resources"]
     assert {"$connect", "$disconnect", "subscribe", "unsubscribe", "$default"} <= set(api.routes)
+    assert api.mocks == {"ping": '{"type": "pong"}'}  # the keepalive: API Gateway answers it, no function runs
     for route, function in api.routes.items():
         assert resources[function]["Type"] == "AWS::Serverless::Function", route
         assert _permitted(resources, function, api.logical_id), f"{route}: {function} has no permission for {api}"

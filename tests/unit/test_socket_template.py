@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.unit.test_template import CONNECTIONS, granted_pairs, resources_of_type
@@ -12,6 +13,7 @@ ROUTES = {
     "SubscribeRoute": "subscribe",
     "UnsubscribeRoute": "unsubscribe",
     "DefaultRoute": "$default",
+    "PingRoute": "ping",  # API Gateway's own answer (MOCK): the keepalive runs no function
 }
 API_ARN = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebSocketApi}"
 
@@ -35,7 +37,8 @@ def test_every_route_targets_the_integration_and_the_integration_the_function(cf
     socket_routes = {k: r for k, r in routes.items() if r["Properties"]["ApiId"] == {"Ref": "WebSocketApi"}}
     assert {k: r["Properties"]["RouteKey"] for k, r in socket_routes.items()} == ROUTES
     for name, route in socket_routes.items():
-        assert route["Properties"]["Target"] == {"Fn::Sub": "integrations/${SocketIntegration}"}, name
+        integration_id = "PingIntegration" if name == "PingRoute" else "SocketIntegration"
+        assert route["Properties"]["Target"] == {"Fn::Sub": f"integrations/${{{integration_id}}}"}, name
         assert route["Properties"]["AuthorizationType"] == "NONE", name  # the function checks the ticket
     integration = cfn["Resources"]["SocketIntegration"]["Properties"]
     assert integration["ApiId"] == {"Ref": "WebSocketApi"}
@@ -101,3 +104,24 @@ def test_the_connections_table_keys_index_and_ttl(cfn: dict[str, Any]) -> None:
         {"AttributeName": "pk", "KeyType": "RANGE"},
     ]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+
+
+def test_the_keepalive_is_answered_by_api_gateway_with_a_pong(cfn: dict[str, Any]) -> None:
+    """A page's ping every 5 minutes keeps its connection past API Gateway's 10 idle minutes; a MOCK integration
+    with a route response answers it, so an idle page's keepalive invokes nothing (bench/sockets.py prices it)."""
+    r = cfn["Resources"]
+    assert r["PingIntegration"]["Properties"] == {
+        "ApiId": {"Ref": "WebSocketApi"},
+        "IntegrationType": "MOCK",
+        "TemplateSelectionExpression": "\\$default",
+        "RequestTemplates": {"$default": '{"statusCode": 200}'},
+    }
+    response = r["PingIntegrationResponse"]["Properties"]
+    assert response["IntegrationId"] == {"Ref": "PingIntegration"} and response["IntegrationResponseKey"] == "$default"
+    assert json.loads(response["ResponseTemplates"]["$default"]) == {"type": "pong"}
+    assert r["PingRoute"]["Properties"]["RouteResponseSelectionExpression"] == "$default"  # two-way
+    assert r["PingRouteResponse"]["Properties"] == {
+        "ApiId": {"Ref": "WebSocketApi"},
+        "RouteId": {"Ref": "PingRoute"},
+        "RouteResponseKey": "$default",
+    }

@@ -74,6 +74,29 @@ def template() -> dict[str, Any]:
             ),
             "OtherRoute": _route("other", {"Target": {"Fn::Sub": "integrations/${OtherIntegration}"}}),
             "DefaultRoute": _route("$default", {"Target": {"Fn::Sub": "integrations/${MessageIntegration}"}}),
+            # A keepalive API Gateway answers itself: a MOCK integration, its response, the route's response.
+            "PingIntegration": {
+                "Type": "AWS::ApiGatewayV2::Integration",
+                "Properties": {"ApiId": {"Ref": "Sockets"}, "IntegrationType": "MOCK"},
+            },
+            "PingIntegrationResponse": {
+                "Type": "AWS::ApiGatewayV2::IntegrationResponse",
+                "Properties": {
+                    "ApiId": {"Ref": "Sockets"},
+                    "IntegrationId": {"Ref": "PingIntegration"},
+                    "IntegrationResponseKey": "$default",
+                    "ResponseTemplates": {"$default": '{"type": "pong"}'},
+                },
+            },
+            "PingRoute": _route("ping", {"Target": {"Fn::Sub": "integrations/${PingIntegration}"}}),
+            "PingRouteResponse": {
+                "Type": "AWS::ApiGatewayV2::RouteResponse",
+                "Properties": {
+                    "ApiId": {"Ref": "Sockets"},
+                    "RouteId": {"Ref": "PingRoute"},
+                    "RouteResponseKey": "$default",
+                },
+            },
         },
     }
 
@@ -95,6 +118,26 @@ def test_each_route_key_is_served_by_the_function_its_integration_names() -> Non
         "$default": "MessageFunction",
     }
     assert found.selection == ("action",)
+    assert found.mocks == {"ping": '{"type": "pong"}'}  # no function behind it
+
+
+def test_a_mock_route_without_a_route_response_answers_nothing_and_is_refused() -> None:
+    broken = template()
+    del broken["Resources"]["PingRouteResponse"]
+    with pytest.raises(TemplateError, match="PingRoute: a MOCK route without a RouteResponse"):
+        websocket_api(broken)
+
+
+@pytest.mark.parametrize("answer", [None, '{"at": "$context.requestTime"}', "#set($x = 1)"])
+def test_a_mock_answer_is_one_literal_template(answer: Any) -> None:
+    broken = template()
+    templates = broken["Resources"]["PingIntegrationResponse"]["Properties"]["ResponseTemplates"]
+    if answer is None:
+        del broken["Resources"]["PingIntegrationResponse"]
+    else:
+        templates["$default"] = answer
+    with pytest.raises(TemplateError, match="PingIntegration: a MOCK integration needs one"):
+        websocket_api(broken)
 
 
 def test_the_stage_is_the_parameter_deployed_or_its_default() -> None:
@@ -161,6 +204,7 @@ def test_a_selection_expression_other_than_a_body_field_is_refused(expression: A
     [
         ('{"action": "subscribe", "conversationId": "c"}', "subscribe"),
         ('{"action": "other"}', "other"),
+        ('{"action": "ping"}', "ping"),
         ('{"action": "unknown"}', "$default"),
         ('{"action": "$connect"}', "$default"),  # never a connection route from a frame
         ('{"action": 3}', "$default"),

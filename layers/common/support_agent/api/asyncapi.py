@@ -75,14 +75,32 @@ class Delta(_Server):
     )
 
 
+class Ping(BaseModel):
+    """The keepalive: API Gateway closes a connection idle for 10 minutes; send one every 5 while idle. API Gateway
+    answers it itself (a MOCK integration): no function runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["ping"]
+
+
+class Pong(_Server):
+    type: Literal["pong"]
+
+
 SERVER_MESSAGES: dict[str, type[BaseModel]] = {
     "subscribed": Subscribed,
     "unsubscribed": Unsubscribed,
     "error": SocketError,
     "event": PushedEvent,
     "delta": Delta,
+    "pong": Pong,
 }
-CLIENT_MESSAGES: dict[str, type[BaseModel]] = {"subscribe": SubscribeMessage, "unsubscribe": UnsubscribeMessage}
+CLIENT_MESSAGES: dict[str, type[BaseModel]] = {
+    "subscribe": SubscribeMessage,
+    "unsubscribe": UnsubscribeMessage,
+    "ping": Ping,
+}
 
 
 def server_message(message: dict[str, Any]) -> BaseModel:
@@ -117,6 +135,8 @@ SUMMARIES = {
     "error": "A refused frame",
     "event": "A stored feed event of a followed conversation",
     "delta": "The reply's text as it is written (not stored)",
+    "ping": "The keepalive (every 5 minutes while idle): API Gateway answers it, no function runs",
+    "pong": "The keepalive's answer",
 }
 
 
@@ -161,6 +181,12 @@ def document() -> dict[str, Any]:
                 "channel": {"$ref": channel},
                 "messages": refs("unsubscribe"),
                 "reply": {"channel": {"$ref": channel}, "messages": refs("unsubscribed", "error")},
+            },
+            "ping": {
+                "action": "send",
+                "channel": {"$ref": channel},
+                "messages": refs("ping"),
+                "reply": {"channel": {"$ref": channel}, "messages": refs("pong")},
             },
             "receiveEvent": {"action": "receive", "channel": {"$ref": channel}, "messages": refs("event")},
             "receiveDelta": {"action": "receive", "channel": {"$ref": channel}, "messages": refs("delta")},
