@@ -206,6 +206,20 @@ STREAMING_OFF, STREAMING_ON, STREAMING_OFF_AGAIN = (
     "streaming on (a DeltaPublisher per turn, recording poster)",
     "streaming off, again (the noise yardstick)",
 )
+STREAMING_PARSE_ONLY = "streamed, posted nowhere (the SSE parse alone: a sink that keeps nothing)"
+
+
+class NullSink:
+    """A turn's `TextSink` that posts nothing: what the model's stream costs without the publisher."""
+
+    def delta(self, piece: str) -> None:
+        pass
+
+    def restart(self) -> None:
+        pass
+
+    def close(self, timeout: float = 0.2) -> bool:
+        return True
 
 
 def streaming(model_url: str, warmup: int, runs: int) -> dict[str, Any]:
@@ -217,10 +231,12 @@ def streaming(model_url: str, warmup: int, runs: int) -> dict[str, Any]:
 
     poster = RecordingPoster()
     variants: dict[str, Callable[..., Any]] = {}
-    for name in (STREAMING_OFF, STREAMING_ON, STREAMING_OFF_AGAIN):
+    for name in (STREAMING_OFF, STREAMING_ON, STREAMING_PARSE_ONLY, STREAMING_OFF_AGAIN):
         services, variants[name] = our_agent(model_url, turn_ids=True)
         if name == STREAMING_ON:
             services.agent.streams = lambda cid, tid, offset: DeltaPublisher(cid, tid, ["bench"], poster, offset=offset)
+        elif name == STREAMING_PARSE_ONLY:
+            services.agent.streams = lambda cid, tid, offset: NullSink()
     out: dict[str, Any] = {name: {"wall": [], "cpu": []} for name in variants}
     for _ in range(8):
         for name, turn in variants.items():
