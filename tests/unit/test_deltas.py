@@ -396,8 +396,10 @@ def test_a_turn_that_writes_no_text_takes_no_thread() -> None:
     poster, clock = Recorder(gated=True), Clock()  # a post would hang: none is made
     before = _posting_threads()
     p = publisher(poster, clock)
+    p.delta("")  # an empty piece is no text
     assert p.close(timeout=LONG_WAIT) is True
     assert _posting_threads() == before and poster.posts == {}
+    assert not p._done.is_set()  # no thread ever served it
 
 
 def test_the_next_turns_reuse_the_posting_thread() -> None:

@@ -72,6 +72,7 @@ class _Workers:
                 job()
             except Exception:  # a publisher's own fault; the thread stays for the next
                 logger.exception("a text delta publisher failed")
+            del job  # an idle thread holds no finished turn's publisher
             with self._lock:
                 self._idle += 1
 
@@ -207,7 +208,8 @@ class DeltaPublisher:
                 self._enqueue(chunk)
             elif started:
                 self._cond.notify()  # the thread's timer starts with the first pending piece
-            self._start()
+            if piece:
+                self._start()
 
     def restart(self) -> None:
         with self._cond:
