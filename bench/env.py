@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 
@@ -146,15 +147,8 @@ def world() -> Iterator[World]:
         seed(ddb, stack.function_env("ChatFunction")["CUSTOMER_DATA_TABLE"])
         # The clients our code builds in this process itself (wiring's: the support policy's SSM read) reach the
         # local stack too, as a deployed function's reach its region's endpoints.
-        before = os.environ.get("AWS_ENDPOINT_URL")
-        os.environ["AWS_ENDPOINT_URL"] = moto_url
-        try:
+        with mock.patch.dict(os.environ, {"AWS_ENDPOINT_URL": moto_url}):
             yield World(moto_url, model_url, stack)
-        finally:
-            if before is None:
-                os.environ.pop("AWS_ENDPOINT_URL", None)
-            else:
-                os.environ["AWS_ENDPOINT_URL"] = before
 
 
 def quiet_logs() -> None:

@@ -33,13 +33,17 @@ def _function() -> dict[str, Any]:
     return {"Type": "AWS::Serverless::Function", "Properties": {"CodeUri": "functions/x/", "Handler": "app.handler"}}
 
 
+def _of_sockets(kind: str, **props: Any) -> dict[str, Any]:
+    """An ``AWS::ApiGatewayV2::<kind>`` of the Sockets API."""
+    return {"Type": f"AWS::ApiGatewayV2::{kind}", "Properties": {"ApiId": {"Ref": "Sockets"}, **props}}
+
+
 def _route(key: str, target: Any) -> dict[str, Any]:
-    return {"Type": "AWS::ApiGatewayV2::Route", "Properties": {"ApiId": {"Ref": "Sockets"}, "RouteKey": key, **target}}
+    return _of_sockets("Route", RouteKey=key, **target)
 
 
 def _integration(uri: Any) -> dict[str, Any]:
-    props = {"ApiId": {"Ref": "Sockets"}, "IntegrationType": "AWS_PROXY", "IntegrationUri": uri}
-    return {"Type": "AWS::ApiGatewayV2::Integration", "Properties": props}
+    return _of_sockets("Integration", IntegrationType="AWS_PROXY", IntegrationUri=uri)
 
 
 def template() -> dict[str, Any]:
@@ -75,28 +79,17 @@ def template() -> dict[str, Any]:
             "OtherRoute": _route("other", {"Target": {"Fn::Sub": "integrations/${OtherIntegration}"}}),
             "DefaultRoute": _route("$default", {"Target": {"Fn::Sub": "integrations/${MessageIntegration}"}}),
             # A keepalive API Gateway answers itself: a MOCK integration, its response, the route's response.
-            "PingIntegration": {
-                "Type": "AWS::ApiGatewayV2::Integration",
-                "Properties": {"ApiId": {"Ref": "Sockets"}, "IntegrationType": "MOCK"},
-            },
-            "PingIntegrationResponse": {
-                "Type": "AWS::ApiGatewayV2::IntegrationResponse",
-                "Properties": {
-                    "ApiId": {"Ref": "Sockets"},
-                    "IntegrationId": {"Ref": "PingIntegration"},
-                    "IntegrationResponseKey": "$default",
-                    "ResponseTemplates": {"$default": '{"type": "pong"}'},
-                },
-            },
+            "PingIntegration": _of_sockets("Integration", IntegrationType="MOCK"),
+            "PingIntegrationResponse": _of_sockets(
+                "IntegrationResponse",
+                IntegrationId={"Ref": "PingIntegration"},
+                IntegrationResponseKey="$default",
+                ResponseTemplates={"$default": '{"type": "pong"}'},
+            ),
             "PingRoute": _route("ping", {"Target": {"Fn::Sub": "integrations/${PingIntegration}"}}),
-            "PingRouteResponse": {
-                "Type": "AWS::ApiGatewayV2::RouteResponse",
-                "Properties": {
-                    "ApiId": {"Ref": "Sockets"},
-                    "RouteId": {"Ref": "PingRoute"},
-                    "RouteResponseKey": "$default",
-                },
-            },
+            "PingRouteResponse": _of_sockets(
+                "RouteResponse", RouteId={"Ref": "PingRoute"}, RouteResponseKey="$default"
+            ),
         },
     }
 
